@@ -1,0 +1,95 @@
+# gpufleet.resilience: one entry point for setup, tests and the lab.
+#   make lab    bring up the lab and run playbooks/one-click-slurm.yml against it
+#   make test   install what the tests need and run all of them (what CI runs)
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+CACHE_DIR ?= $(or $(GPUFLEET_CACHE_DIR),$(HOME)/.cache/gpufleet)
+LAB_DIR ?= /var/tmp/gpufleet-lab
+BIN := $(CURDIR)/$(VENV)/bin
+# Debian packages the lab and the tests use (bindep.txt lists them for EE builds).
+DEBS := munge slurmctld slurmd slurm-client openssl gcc make git iproute2 procps
+
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export GPUFLEET_CACHE_DIR := $(CACHE_DIR)
+export PYTHONPATH := $(CURDIR)/collections
+
+.PHONY: help setup venv link debs fake-nvml lab-binaries lint ruff imports ansible-lint sanity units \
+        pytest test lab lab-status lab-down bench build clean
+
+help:
+	@echo "make lab        bring up the lab (Kubernetes + Slurm + simulated GPUs) and run one-click-slurm"
+	@echo "make test       install what the tests need and run all of them (lint, sanity, units, pytest, molecule)"
+	@echo "make lab-status per-node view of the lab;  make lab-down  stop every lab process by PID"
+	@echo "make setup | lint | sanity | units | pytest | bench | build"
+
+setup: venv link debs fake-nvml lab-binaries
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml tools/pyproject_deps.py
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version'
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
+	$(VENV)/bin/python tools/pyproject_deps.py dev | $(VENV)/bin/pip install -q --disable-pip-version-check -r /dev/stdin
+	touch $@
+
+# The repo root is the collection; Ansible and pytest find it through this link.
+link:
+	mkdir -p collections/ansible_collections/gpufleet
+	ln -sfn ../../.. collections/ansible_collections/gpufleet/resilience
+
+debs:
+	missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done)
+	if [ -n "$$missing" ]; then
+	  echo "installing Debian packages:" $$missing
+	  apt-get update -qq
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+	fi
+
+fake-nvml: venv
+	$(MAKE) --no-print-directory -C tools/fake-nvml CACHE_DIR=$(CACHE_DIR) NVML_INCLUDE=$$($(BIN)/python -c 'import nvidia.nvml, os; print(os.path.join(list(nvidia.nvml.__path__)[0], "include"))' 2>/dev/null || true)
+
+lab-binaries:
+	roles/kubernetes/files/build/build-lab-binaries.sh
+
+lint: ruff imports ansible-lint
+ruff: venv link
+	ruff check .
+imports: venv link
+	lint-imports
+ansible-lint: venv link
+	ansible-lint --offline
+
+sanity: venv link
+	tools/ansible-test.sh sanity
+units: venv link
+	tools/ansible-test.sh units
+
+# pytest runs last so its summary line closes `make test`.
+pytest: venv link fake-nvml
+	pytest -n 0 tests
+
+test: setup lint sanity units pytest
+
+lab: setup
+	ansible-playbook playbooks/one-click-slurm.yml
+lab-status: venv link
+	ansible-playbook playbooks/lab-status.yml
+lab-down: venv link
+	ansible-playbook playbooks/lab-down.yml
+
+bench: setup
+	python bench/health_sensing.py
+	python bench/lab.py
+
+build: venv link
+	ansible-galaxy collection build --force --output-path build/
+
+clean:
+	rm -rf build tests/output .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,215 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: lab_process
+short_description: Run a lab daemon as a detached process tracked by its recorded PID
+version_added: 0.1.0
+description:
+  - Starts a daemon of the lab (etcd, kube-apiserver, kwok, slurmctld, slurmd, Prometheus, ...)
+    detached in its own session, with output appended to O(log_dir)/O(name).log, and records its
+    PID, argv and kernel start time in O(run_dir)/O(name).pid.
+  - Idempotent. A recorded process that is alive and runs the same argv is left alone; a changed
+    argv restarts it.
+  - Stops processes only through their record, never by name. The start time in the record
+    guards against signalling an unrelated process that reuses the PID.
+author: gpufleet.resilience contributors
+options:
+  name:
+    description:
+      - Name of the process; the record is O(run_dir)/O(name).pid.
+      - Required unless O(all=true).
+    type: str
+  argv:
+    description: Program and arguments, as a list. Never a shell string.
+    type: list
+    elements: str
+  env:
+    description: Extra environment variables, on top of a minimal PATH/HOME/LANG environment.
+    type: dict
+    default: {}
+  chdir:
+    description: Working directory of the process.
+    type: path
+  user:
+    description: Run the process as this user (for daemons that refuse to run as root).
+    type: str
+  run_dir:
+    description: Directory holding the PID records.
+    type: path
+    required: true
+  log_dir:
+    description: Directory for the logs. Defaults to a C(log) directory beside O(run_dir).
+    type: path
+  state:
+    description:
+      - V(started) makes sure the process runs with O(argv).
+      - V(stopped) sends SIGTERM to the recorded process group, then SIGKILL after O(stop_timeout).
+    type: str
+    choices: [started, stopped]
+    default: started
+  all:
+    description: With O(state=stopped), stop every process recorded in O(run_dir).
+    type: bool
+    default: false
+  stop_timeout:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: float
+    default: 15
+  wait_for:
+    description:
+      - Readiness check after a start (and, when the process already runs, a quick re-check).
+      - Fails with the tail of the log when the process dies or does not get ready in time.
+    type: dict
+    suboptions:
+      tcp:
+        description: V(host:port) that must accept a connection.
+        type: str
+      http:
+        description: URL that must answer 2xx.
+        type: str
+      file:
+        description: Path that must exist.
+        type: path
+      ca:
+        description: CA bundle for an V(https) O(wait_for.http).
+        type: path
+      cert:
+        description: Client certificate for an V(https) O(wait_for.http).
+        type: path
+      key:
+        description: Client key for O(wait_for.cert).
+        type: path
+      insecure:
+        description: Skip TLS verification of O(wait_for.http).
+        type: bool
+        default: false
+      timeout:
+        description: Seconds to wait.
+        type: float
+        default: 60
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Used by the lab roles. Not meant for production daemons, which belong to systemd.
+"""
+
+EXAMPLES = r"""
+- name: Run kube-apiserver for the lab
+  gpufleet.resilience.lab_process:
+    name: kube-apiserver
+    run_dir: /var/tmp/gpufleet-lab/run
+    argv: [/root/.cache/gpufleet/bin/kube-apiserver, --secure-port=16443, --bind-address=127.0.0.1]
+    wait_for:
+      http: https://127.0.0.1:16443/readyz
+      ca: /var/tmp/gpufleet-lab/kube/ca.crt
+      timeout: 90
+
+- name: Stop everything the lab started
+  gpufleet.resilience.lab_process:
+    run_dir: /var/tmp/gpufleet-lab/run
+    state: stopped
+    all: true
+"""
+
+RETURN = r"""
+action:
+  description: What was done.
+  returned: always
+  type: str
+  sample: start
+pid:
+  description: PID of the running process.
+  returned: when O(state=started)
+  type: int
+  sample: 4242
+stopped:
+  description: Names of the processes that were stopped.
+  returned: when O(state=stopped)
+  type: list
+  elements: str
+  sample: [slurmd-gpu-a-001, slurmctld]
+ready_after:
+  description: Seconds from start until the readiness check passed.
+  returned: when a process was started with O(wait_for)
+  type: float
+  sample: 2.4
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.process import (
+    LabProcessError,
+    ProcessSpec,
+    ReadinessCheck,
+    ensure_started,
+    ensure_stopped,
+    stop_all,
+)
+
+
+def argspec():
+    return dict(
+        name=dict(type="str"),
+        argv=dict(type="list", elements="str"),
+        env=dict(type="dict", default={}),
+        chdir=dict(type="path"),
+        user=dict(type="str"),
+        run_dir=dict(type="path", required=True),
+        log_dir=dict(type="path"),
+        state=dict(type="str", choices=["started", "stopped"], default="started"),
+        all=dict(type="bool", default=False),
+        stop_timeout=dict(type="float", default=15),
+        wait_for=dict(type="dict", options=dict(
+            tcp=dict(type="str"), http=dict(type="str"), file=dict(type="path"),
+            ca=dict(type="path"), cert=dict(type="path"), key=dict(type="path", no_log=False),
+            insecure=dict(type="bool", default=False), timeout=dict(type="float", default=60),
+        )),
+    )
+
+
+def run(module):
+    params = module.params
+    run_dir = params["run_dir"]
+    if params["state"] == "stopped":
+        if params["all"]:
+            return stop_all(run_dir, module.check_mode, params["stop_timeout"])
+        return ensure_stopped(run_dir, [params["name"]], module.check_mode, params["stop_timeout"])
+    spec = ProcessSpec(
+        name=params["name"], argv=params["argv"], env=params["env"], chdir=params["chdir"], user=params["user"],
+        run_dir=run_dir, log_dir=params["log_dir"] or os.path.join(os.path.dirname(run_dir.rstrip("/")), "log"),
+    )
+    check = ReadinessCheck(**params["wait_for"]) if params["wait_for"] else None
+    return ensure_started(spec, check, module.check_mode, params["stop_timeout"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argspec(),
+        supports_check_mode=True,
+        required_if=[("state", "started", ("name", "argv")), ("all", False, ("name",))],
+        mutually_exclusive=[("all", "name")],
+    )
+    try:
+        outcome = run(module)
+    except LabProcessError as exc:
+        module.fail_json(msg=str(exc))
+    result = dict(changed=outcome.changed, action=outcome.action)
+    if module.params["state"] == "started":
+        result.update(pid=outcome.pid, ready_after=outcome.ready_after)
+    else:
+        result.update(stopped=outcome.stopped)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
