@@ -53,7 +53,7 @@ debs:
 	fi
 
 fake-nvml: venv
-	$(MAKE) --no-print-directory -C tools/fake-nvml CACHE_DIR=$(CACHE_DIR) NVML_INCLUDE=$$($(BIN)/python -c 'import nvidia.nvml, os; print(os.path.join(list(nvidia.nvml.__path__)[0], "include"))' 2>/dev/null || true)
+	$(MAKE) --no-print-directory -C tools/fake-nvml VENV=$(CURDIR)/$(VENV)
 
 lab-binaries:
 	roles/kubernetes/files/build/build-lab-binaries.sh

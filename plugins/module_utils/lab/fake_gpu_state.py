@@ -57,7 +57,7 @@ def _num(default: int, maximum: int) -> Any:
 
 @dataclass(frozen=True)
 class NodeState:
-    count: int
+    count: int = field(metadata={"max": MAX_GPUS})
     node: str
     driver_version: str = "580.95.05"
     nvml_version: str = "13.580.95.05"

@@ -1,0 +1,147 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""One health check of a node: gather NVML and kernel-log evidence, then judge it.
+
+This is the glue between the client (the NVML reader, a kernel-log file) and
+the pure policy (parser, catalog rules, verdict engine). Modules and the agent
+call it; it never calls fail_json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.kernel_log import parse_kernel_log
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
+    GpuInfo,
+    GpuSnapshot,
+    HealthError,
+    HealthVerdict,
+    Thresholds,
+    XidEvent,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
+
+
+@dataclass
+class NodeHealth:
+    verdict: HealthVerdict
+    gpus: List[GpuInfo] = field(default_factory=list)
+    snapshots: List[GpuSnapshot] = field(default_factory=list)
+    events: List[XidEvent] = field(default_factory=list)
+    driver_version: Optional[str] = None
+
+
+def read_kernel_log(kernel_log: Union[str, Sequence[str], None]) -> List[str]:
+    """Lines from a list, or from a file path (dmesg/journal export)."""
+    if kernel_log is None:
+        return []
+    if isinstance(kernel_log, str):
+        try:
+            with open(kernel_log, "rb") as handle:
+                return handle.read().decode("utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise HealthError("kernel_log: cannot read %s: %s" % (kernel_log, exc)) from exc
+    return [str(line) for line in kernel_log]
+
+
+def keep_since(events: Iterable[XidEvent], since: Optional[float]) -> List[XidEvent]:
+    """Drop events stamped before ``since``; keep those without a wall-clock stamp."""
+    if since is None:
+        return list(events)
+    return [event for event in events if event.timestamp is None or event.timestamp >= since]
+
+
+def gpu_facts(library_path: Optional[str] = None, snapshot: bool = True) -> Dict[str, Any]:
+    """Inventory merged with the health snapshot of every GPU, as Ansible facts."""
+    with NvmlReader(library_path) as reader:
+        gpus = reader.inventory()
+        snapshots = reader.snapshot() if snapshot else []
+        driver = reader.driver_version()
+    return dict(
+        gpufleet_driver_version=driver,
+        gpufleet_gpu_count=len(gpus),
+        gpufleet_gpus=[merge_gpu(gpu, snapshots) for gpu in gpus],
+    )
+
+
+def merge_gpu(gpu: GpuInfo, snapshots: Sequence[GpuSnapshot]) -> Dict[str, Any]:
+    merged = asdict(gpu)
+    for snap in snapshots:
+        if snap.index == gpu.index:
+            # The inventory wins on identity: a lost GPU's snapshot has none.
+            merged.update({key: value for key, value in snap.to_dict().items() if key not in merged or value is not None})
+    return merged
+
+
+def sense_node(
+    kernel_log: Union[str, Sequence[str], None] = None,
+    since: Optional[float] = None,
+    wait_for_xid: float = 0,
+    thresholds: Optional[Thresholds] = None,
+    use_nvml: bool = True,
+    library_path: Optional[str] = None,
+) -> NodeHealth:
+    thresholds = thresholds or Thresholds()
+    events = keep_since(parse_kernel_log(read_kernel_log(kernel_log)), since)
+    gpus: List[GpuInfo] = []
+    snapshots: List[GpuSnapshot] = []
+    driver = None
+    if use_nvml:
+        with NvmlReader(library_path) as reader:
+            gpus = reader.inventory()
+            driver = reader.driver_version()
+            if wait_for_xid > 0:
+                events.extend(reader.wait_for_xid(wait_for_xid))
+            snapshots = reader.snapshot()
+        events = [_with_identity(event, gpus) for event in events]
+    verdict = evaluate(events=events, snapshots=snapshots, thresholds=thresholds)
+    return NodeHealth(verdict=verdict, gpus=gpus, snapshots=snapshots, events=events, driver_version=driver)
+
+
+def _with_identity(event: XidEvent, gpus: Sequence[GpuInfo]) -> XidEvent:
+    """Fill a kernel-log event's GPU index/UUID from the NVML inventory by PCI bus id."""
+    if event.gpu_index is not None or event.pci_bus_id is None:
+        return event
+    for gpu in gpus:
+        if gpu.pci_bus_id == event.pci_bus_id:
+            return replace(event, gpu_index=gpu.index, gpu_uuid=event.gpu_uuid or gpu.uuid)
+    return event
+
+
+
+def parse_since(value: Optional[str]) -> Optional[float]:
+    """``since`` as epoch seconds: a number, or an ISO 8601 time (naive means UTC)."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise HealthError("since: %r is neither epoch seconds nor an ISO 8601 time" % (value,)) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def build_thresholds(values: Optional[Dict[str, Any]]) -> Thresholds:
+    """Thresholds from a user dict; bad keys or values name the field."""
+    values = dict(values or {})
+    known = set(Thresholds.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise HealthError("thresholds.%s: unknown threshold (known: %s)" % (unknown[0], ", ".join(sorted(known))))
+    try:
+        thresholds = Thresholds(**values)
+        thresholds.validate()
+    except (TypeError, ValueError) as exc:
+        raise HealthError("thresholds: %s" % exc) from exc
+    return thresholds

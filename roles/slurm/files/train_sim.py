@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""train_sim: a stand-in training job that the lab's drills protect.
+
+It behaves the way a well-written training job must behave on a fleet that
+heals itself:
+
+* every step does real work: it folds the step number into a running SHA-256
+  state, so the final state proves that no step was skipped or repeated;
+* every ``--checkpoint-every`` steps it writes a checkpoint atomically
+  (temporary file, fsync, rename, fsync of the directory) with a checksum;
+* on SIGTERM (or SIGINT) it finishes the current step, saves a checkpoint and
+  exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL). The lab's slurm.conf lists 75
+  in ``RequeueExit``, so Slurm puts the job back in the queue by itself;
+* on start it resumes from the newest checkpoint that passes its checksum and
+  skips corrupt or truncated ones.
+
+Each line it prints is ``<event> key=value ...`` so drills can parse it:
+``resume step=120 from=ckpt-000000120.json``, ``step step=121 ...``,
+``checkpoint step=150 ...``, ``sigterm step=163 ...``, ``done step=1000 ...``.
+
+Standard library only: it runs inside sbatch with whatever Python the node has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+EXIT_DONE = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+# EX_TEMPFAIL from sysexits.h: "try again later". slurm.conf RequeueExit=75.
+EXIT_REQUEUE = 75
+
+CHECKPOINT_PREFIX = "ckpt-"
+CHECKPOINT_SUFFIX = ".json"
+CHECKPOINT_FORMAT = 1
+INITIAL_STATE = hashlib.sha256(b"gpufleet train_sim").hexdigest()
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    step: int
+    state: str
+
+    def advance(self, rounds: int) -> TrainingState:
+        """One training step: ``rounds`` chained SHA-256 hashes seeded with the step number."""
+        step = self.step + 1
+        digest = bytes.fromhex(self.state) + step.to_bytes(8, "big")
+        for _ in range(max(1, rounds)):
+            digest = hashlib.sha256(digest).digest()
+        return TrainingState(step=step, state=digest.hex())
+
+
+def expected_state(steps: int, rounds: int) -> TrainingState:
+    """The state an uninterrupted run reaches after ``steps`` steps."""
+    current = TrainingState(step=0, state=INITIAL_STATE)
+    for _ in range(steps):
+        current = current.advance(rounds)
+    return current
+
+
+def _payload_checksum(payload: dict) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def checkpoint_name(step: int) -> str:
+    return "%s%09d%s" % (CHECKPOINT_PREFIX, step, CHECKPOINT_SUFFIX)
+
+
+def encode_checkpoint(current: TrainingState, rounds: int) -> bytes:
+    payload = {"format": CHECKPOINT_FORMAT, "step": current.step, "state": current.state, "rounds": rounds}
+    return (json.dumps({"payload": payload, "sha256": _payload_checksum(payload)}, sort_keys=True) + "\n").encode()
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint file that cannot be trusted."""
+
+
+def decode_checkpoint(raw: bytes, rounds: int) -> TrainingState:
+    try:
+        document = json.loads(raw)
+        payload = document["payload"]
+        checksum = document["sha256"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpoint("unreadable: %s" % exc) from exc
+    if not isinstance(payload, dict) or _payload_checksum(payload) != checksum:
+        raise CorruptCheckpoint("checksum mismatch")
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise CorruptCheckpoint("format %r" % payload.get("format"))
+    # A checkpoint made with other work per step would resume into a different trajectory.
+    if payload.get("rounds") != rounds:
+        raise CorruptCheckpoint("made with --hash-rounds %r, not %d" % (payload.get("rounds"), rounds))
+    step, state = payload.get("step"), payload.get("state")
+    if not isinstance(step, int) or step < 0 or not isinstance(state, str) or len(state) != 64:
+        raise CorruptCheckpoint("bad step or state")
+    return TrainingState(step=step, state=state)
+
+
+def write_checkpoint(directory: Path, current: TrainingState, rounds: int) -> Path:
+    """Write atomically: readers see the old set of files or the new one, never half a file."""
+    final = directory / checkpoint_name(current.step)
+    tmp = directory / (".%s.%d.tmp" % (final.name, os.getpid()))
+    with open(tmp, "wb") as handle:
+        handle.write(encode_checkpoint(current, rounds))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+    # The rename itself is only durable once the directory entry is on disk.
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """Checkpoints, newest (highest step) first."""
+    found = []
+    for path in directory.glob(CHECKPOINT_PREFIX + "*" + CHECKPOINT_SUFFIX):
+        number = path.name[len(CHECKPOINT_PREFIX): -len(CHECKPOINT_SUFFIX)]
+        if number.isdigit():
+            found.append((int(number), path))
+    return [path for _step, path in sorted(found, reverse=True)]
+
+
+def newest_valid_checkpoint(directory: Path, rounds: int, log: Logger) -> tuple[Optional[TrainingState], Optional[Path]]:
+    for path in checkpoint_files(directory):
+        try:
+            current = decode_checkpoint(path.read_bytes(), rounds)
+        except (OSError, CorruptCheckpoint) as exc:
+            log.event("skip_checkpoint", file=path.name, reason=str(exc).replace(" ", "_"))
+            continue
+        return current, path
+    return None, None
+
+
+def prune_checkpoints(directory: Path, keep: int) -> None:
+    for path in checkpoint_files(directory)[keep:]:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class Logger:
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+
+    def event(self, name: str, **fields: object) -> None:
+        parts = [name, "time=%.3f" % time.time()] + ["%s=%s" % (key, value) for key, value in fields.items()]
+        self.stream.write(" ".join(parts) + "\n")
+        # Slurm's output file is what drills read, possibly while we still run.
+        self.stream.flush()
+
+
+class StopRequest:
+    """Turns SIGTERM/SIGINT into a flag the step loop checks between steps.
+
+    time.sleep() resumes after a signal (PEP 475), so the pause between steps
+    waits on a self-pipe that the signal wakes instead: a job with long steps
+    still checkpoints as soon as Slurm's SIGTERM arrives.
+    """
+
+    def __init__(self) -> None:
+        self.signal_name: Optional[str] = None
+        self._wakeup_read: Optional[int] = None
+
+    def install(self) -> None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end)
+        self._wakeup_read = read_end
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+    def pause(self, seconds: float) -> None:
+        if self._wakeup_read is None:
+            time.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        while self.signal_name is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _w, _x = select.select([self._wakeup_read], [], [], left)
+            if ready:
+                try:
+                    os.read(self._wakeup_read, 512)
+                except BlockingIOError:
+                    pass
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    checkpoint_dir: Path
+    steps: int
+    checkpoint_every: int
+    step_seconds: float
+    hash_rounds: int
+    keep: int
+
+
+def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
+    config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    current, source = newest_valid_checkpoint(config.checkpoint_dir, config.hash_rounds, log)
+    if current is None:
+        current = TrainingState(step=0, state=INITIAL_STATE)
+        log.event("start", step=0, steps=config.steps)
+    else:
+        log.event("resume", step=current.step, source=source.name if source else "-", steps=config.steps)
+    last_saved = current.step
+    while current.step < config.steps:
+        if stop.signal_name is not None:
+            if current.step != last_saved:
+                write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
+                prune_checkpoints(config.checkpoint_dir, config.keep)
+            log.event("interrupted", step=current.step, signal=stop.signal_name, checkpoint=checkpoint_name(current.step),
+                      exit=EXIT_REQUEUE)
+            return EXIT_REQUEUE
+        began = time.monotonic()
+        current = current.advance(config.hash_rounds)
+        log.event("step", step=current.step, state=current.state[:16])
+        if current.step % config.checkpoint_every == 0:
+            path = write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
+            prune_checkpoints(config.checkpoint_dir, config.keep)
+            last_saved = current.step
+            log.event("checkpoint", step=current.step, file=path.name)
+        remaining = config.step_seconds - (time.monotonic() - began)
+        if remaining > 0:
+            stop.pause(remaining)
+    if current.step != last_saved:
+        write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
+        prune_checkpoints(config.checkpoint_dir, config.keep)
+    log.event("done", step=current.step, state=current.state)
+    return EXIT_DONE
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1, got %d" % value)
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0, got %s" % text)
+    return value
+
+
+def parse_args(argv: list[str]) -> RunConfig:
+    parser = argparse.ArgumentParser(prog="train_sim", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint-dir", required=True, type=Path, help="where checkpoints live (shared storage)")
+    parser.add_argument("--steps", type=_positive_int, default=1000, help="total steps of the run (default 1000)")
+    parser.add_argument("--checkpoint-every", type=_positive_int, default=50, help="steps between checkpoints")
+    parser.add_argument("--step-seconds", type=_non_negative_float, default=0.05,
+                        help="minimum wall time of one step; the hashing counts towards it (default 0.05)")
+    parser.add_argument("--hash-rounds", type=_positive_int, default=2000,
+                        help="SHA-256 rounds per step, the step's real work (default 2000, about 1-3 ms)")
+    parser.add_argument("--keep", type=_positive_int, default=3, help="checkpoints to keep (default 3)")
+    args = parser.parse_args(argv)
+    return RunConfig(checkpoint_dir=args.checkpoint_dir, steps=args.steps, checkpoint_every=args.checkpoint_every,
+                     step_seconds=args.step_seconds, hash_rounds=args.hash_rounds, keep=args.keep)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    stop = StopRequest()
+    stop.install()
+    log = Logger()
+    try:
+        return train(config, stop, log)
+    except OSError as exc:
+        log.event("error", reason=str(exc).replace(" ", "_"))
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
