@@ -21,11 +21,14 @@ if [ ! -f "$standin" ]; then
 import ensurepip
 import os
 import runpy
+import sys
 
 ensurepip.bootstrap(upgrade=True)
 # ensurepip sets these for its own run; pip must use the machine's settings.
 for name in ("PIP_CONFIG_FILE", "ENSUREPIP_OPTIONS"):
     os.environ.pop(name, None)
+# get-pip.py takes pip's install arguments (e.g. "pip==24.2 --disable-pip-version-check").
+sys.argv = ["pip", "install", *sys.argv[1:]]
 runpy.run_module("pip", run_name="__main__", alter_sys=True)
 PY
 fi

@@ -157,7 +157,8 @@ def catalog_entries(rows: list[list[str]]) -> list[dict]:
         seen.add(code)
         bucket = one_line(row[8])
         if bucket not in BUCKET_ACTIONS:
-            raise CatalogError("%s: unknown immediate bucket %r for XID %d: map it in BUCKET_ACTIONS" % (where, bucket, code))
+            raise CatalogError("%s: unknown immediate bucket %r for XID %d: map it in BUCKET_ACTIONS"
+                               % (where, bucket, code))
         action = BUCKET_ACTIONS[bucket]
         flags = [value.strip().upper() for value in row[4:8]]
         if set(flags) - {"YES", "NO"}:
@@ -174,7 +175,7 @@ def catalog_entries(rows: list[list[str]]) -> list[dict]:
             action=action,
             immediate_bucket=bucket,
             investigatory_bucket=one_line(row[9]),
-            applies_to=tuple(product for product, flag in zip(products, flags) if flag == "YES"),
+            applies_to=tuple(product for product, flag in zip(products, flags, strict=True) if flag == "YES"),
             xid_154_linkage=one_line(row[10]),
             trigger_conditions=trigger,
             unused=description == "Unused" or trigger.startswith("N/A; Unused"),

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Print the pinned requirements of pyproject.toml, one per line, for pip -r."""
 
 from __future__ import annotations

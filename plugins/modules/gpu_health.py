@@ -14,7 +14,7 @@ description:
     V(fatal), with the recommended action and the faults that caused it.
   - Evidence comes from the NVML event API (XID critical errors, optionally waiting for them), the
     NVML health counters (ECC, remapped rows, retired pages, throttling, NVLink, GPU lost) and
-    C(NVRM: Xid) lines of the kernel log.
+    the driver's C(Xid) lines in the kernel log.
   - Each XID is classified with NVIDIA's XID catalog, including its context rules. XID 45 counts only
     when it comes alone; XID 48 with 63 or 64 means V(DRAIN_AND_RESET); XID 154 takes its action
     from its recovery-action text; XIDs 74 and 144-150 need decoding and keep their raw text. An
@@ -26,7 +26,7 @@ extends_documentation_fragment:
 options:
   kernel_log:
     description:
-      - Kernel log to scan for C(NVRM: Xid), C(SXid) and "fallen off the bus" messages.
+      - Kernel log to scan for the driver's C(Xid), C(SXid) and "fallen off the bus" messages.
       - A list of lines, or the path of a file (a C(dmesg) or C(journalctl -k) export).
       - Journald and dmesg prefixes (timestamps, C(kernel:)) are accepted.
     type: raw

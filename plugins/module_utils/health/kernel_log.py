@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     XidEvent,
@@ -99,7 +99,7 @@ def _iso_epoch(match) -> Optional[float]:
         return None
     try:
         if offset == "Z":
-            zone = timezone.utc
+            zone = timezone.utc  # noqa: UP017 - datetime.UTC is Python 3.11+, module_utils run on 3.8
         else:
             sign = -1 if offset[0] == "-" else 1
             digits = offset[1:].replace(":", "")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 ACTIONS = (
     "IGNORE",
@@ -318,12 +318,15 @@ class Thresholds:
         if self.burst_s < 0:
             raise ThresholdError("burst_s", "must be >= 0 seconds, got %r" % (self.burst_s,))
         if self.burst_s >= self.window_s:
-            raise ThresholdError("burst_s", "must be shorter than window_s (%r), got %r" % (self.window_s, self.burst_s))
+            raise ThresholdError("burst_s", "must be shorter than window_s (%r), got %r"
+                                 % (self.window_s, self.burst_s))
         for name in ("repeat_escalation_count", "app_repeat_escalation_count", "reset_escalation_count"):
             if getattr(self, name) < 2:
-                raise ThresholdError(name, "must be >= 2 (one occurrence is not a repeat), got %r" % (getattr(self, name),))
+                raise ThresholdError(name, "must be >= 2 (one occurrence is not a repeat), got %r"
+                                     % (getattr(self, name),))
         if not -50 <= self.temperature_max_c <= 150:
-            raise ThresholdError("temperature_max_c", "must be between -50 and 150 C, got %r" % (self.temperature_max_c,))
+            raise ThresholdError("temperature_max_c", "must be between -50 and 150 C, got %r"
+                                 % (self.temperature_max_c,))
         for name in ("ecc_sbe_volatile_max", "nvlink_crc_flit_max", "nvlink_crc_data_max",
                      "nvlink_replay_max", "nvlink_recovery_max"):
             if getattr(self, name) < 0:

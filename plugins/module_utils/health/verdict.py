@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_catalog import CATALOG_VERSION
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_rules import (
+    DEFAULT_THRESHOLDS,
     classify,
     fault_sort_key,
     faults_from_snapshot,
@@ -87,7 +88,7 @@ def _reason(effective: Sequence[Fault], ignored: Sequence[Fault]) -> str:
 def evaluate(
     events: Sequence[XidEvent] = (),
     snapshots: Sequence[GpuSnapshot] = (),
-    thresholds: Thresholds = Thresholds(),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
     now: Optional[float] = None,
 ) -> HealthVerdict:
     """Fold a node's XID events and GPU snapshots into one verdict."""

@@ -93,6 +93,8 @@ _REGISTERS_RE = re.compile(r"\(\s*(0x[0-9a-fA-F]{1,8})\s+(0x[0-9a-fA-F]{1,8})")
 _LINK_RE = re.compile(r"\bLink\s+(-?\d{1,3})\b")
 
 DeviceRecord = Union[XidEvent, GpuSnapshot, GpuInfo]
+# Thresholds are frozen, so one shared default instance is safe.
+DEFAULT_THRESHOLDS = Thresholds()
 
 
 def catalog_entry(xid: int) -> Optional[XidCatalogEntry]:
@@ -184,7 +186,8 @@ def _rule_matches(rule: NvLink5DecodeRule, token: Optional[str], intr: int, stat
             yield version, rule.action, rule.severity
 
 
-def _decode_status(xid: int, token: Optional[str], intr: int, status: int) -> List[Tuple[NvLink5DecodeRule, str, str, str]]:
+def _decode_status(xid: int, token: Optional[str], intr: int,
+                   status: int) -> List[Tuple[NvLink5DecodeRule, str, str, str]]:
     found = []
     for rule in NVLINK5_DECODE:
         if rule.xid != xid:
@@ -360,7 +363,8 @@ def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional
                               detail="with XID %s on the same GPU: a consequence of that fault, IGNORE"
                                      " (catalog WORKFLOW_XID_45)" % ", ".join(map(str, others)), **base)
         return _Judgement(severity="non-fatal", action=entry.action,
-                          detail="alone on its GPU: %s (catalog WORKFLOW_XID_45); never escalated" % entry.action, **base)
+                          detail="alone on its GPU: %s (catalog WORKFLOW_XID_45); never escalated" % entry.action,
+                          **base)
     if xid == XID_DBE:
         partners = sorted(x for x in xids_here if x in (XID_ROW_REMAP_EVENT, XID_ROW_REMAP_FAILURE))
         if partners:
@@ -447,7 +451,7 @@ def fault_sort_key(fault: Fault):
     )
 
 
-def classify(events: Sequence[XidEvent], thresholds: Thresholds = Thresholds(),
+def classify(events: Sequence[XidEvent], thresholds: Thresholds = DEFAULT_THRESHOLDS,
              gpus: Sequence[Union[GpuSnapshot, GpuInfo]] = ()) -> List[Fault]:
     """Classify XID events with the catalog and its context rules: one fault per GPU, XID and outcome.
 
@@ -501,7 +505,7 @@ def classify(events: Sequence[XidEvent], thresholds: Thresholds = Thresholds(),
 
 # ---------------------------------------------------------------- snapshots
 
-def faults_from_snapshot(snapshot: GpuSnapshot, thresholds: Thresholds = Thresholds()) -> List[Fault]:
+def faults_from_snapshot(snapshot: GpuSnapshot, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> List[Fault]:
     """Faults read from one GPU's NVML counters.
 
     * lost (NVML_ERROR_GPU_IS_LOST) - fatal RESTART_BM, like XID 79; nothing else is read.
@@ -559,7 +563,8 @@ def faults_from_snapshot(snapshot: GpuSnapshot, thresholds: Thresholds = Thresho
             "cooling problem; no restart fixes it -> CONTACT_SUPPORT")
     if snapshot.ecc_sbe_volatile is not None and snapshot.ecc_sbe_volatile > thresholds.ecc_sbe_volatile_max:
         add("ECC_SBE_VOLATILE_HIGH", "non-fatal", "CONTACT_SUPPORT",
-            "%d volatile single-bit ECC errors, above %d" % (snapshot.ecc_sbe_volatile, thresholds.ecc_sbe_volatile_max),
+            "%d volatile single-bit ECC errors, above %d"
+            % (snapshot.ecc_sbe_volatile, thresholds.ecc_sbe_volatile_max),
             "high rate of corrected memory errors", "watch for row remaps; ask support -> CONTACT_SUPPORT")
     inactive = [link.link for link in snapshot.nvlinks if link.active is False]
     if inactive and thresholds.nvlink_inactive_is_fault:

@@ -170,7 +170,7 @@ def test_uuid_mapping_before_or_after_applies_to_every_event_of_that_gpu(mapping
     mapping = "NVRM: GPU at PCI:0000:3b:00: GPU-3f1c2a9e-0b7d-4c61-9a55-2f0e8f6b1d01"
     body = [XID_LINE, "NVRM: Xid (PCI:0000:5b:00): 31, pid=1, name=x, Ch 1", FALLEN[0], FALLEN[2],
             "nvidia-nvswitch0: SXid (PCI:0000:3b:00.0): 12028, Non-fatal, Link 1"]
-    events = parse_kernel_log([mapping] + body if mapping_first else body + [mapping])
+    events = parse_kernel_log([mapping, *body] if mapping_first else [*body, mapping])
     uuids = {(e.kind, e.pci_bus_id): e.gpu_uuid for e in events}
     assert uuids == {
         ("xid", "0000:3b:00.0"): "GPU-3f1c2a9e-0b7d-4c61-9a55-2f0e8f6b1d01",

@@ -218,8 +218,8 @@ def test_xid_154_eval_follows_the_154_on_the_same_gpu():
         event(154, message="GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", timestamp=T0),
         event(145, pci=GPU_B, message=SRC_TRACK_154_EVAL, timestamp=T0),
     ])
-    on_a = [f for f in faults if f.xid == 145 and f.pci_bus_id == GPU_A][0]
-    on_b = [f for f in faults if f.xid == 145 and f.pci_bus_id == GPU_B][0]
+    on_a = next(f for f in faults if f.xid == 145 and f.pci_bus_id == GPU_A)
+    on_b = next(f for f in faults if f.xid == 145 and f.pci_bus_id == GPU_B)
     assert (on_a.action, on_a.severity) == ("DRAIN_AND_RESET", "fatal")
     assert on_b.action == "RESTART_APP"
 
@@ -272,7 +272,7 @@ def test_application_xid_repeated_on_one_gpu_only_asks_for_diagnostics():
     fault = only(classify(events), 13)
     assert (fault.action, fault.severity, fault.escalated) == ("CONTACT_SUPPORT", "non-fatal", True)
     # The same XID on another GPU points at the application, not the hardware.
-    faults = classify(events + [event(13, pci=GPU_B, timestamp=T0)])
+    faults = classify([*events, event(13, pci=GPU_B, timestamp=T0)])
     assert {fault.action for fault in faults} == {"RESTART_APP"}
 
 
