@@ -28,7 +28,8 @@ ensurepip.bootstrap(upgrade=True)
 for name in ("PIP_CONFIG_FILE", "ENSUREPIP_OPTIONS"):
     os.environ.pop(name, None)
 # get-pip.py takes pip's install arguments (e.g. "pip==24.2 --disable-pip-version-check").
-sys.argv = ["pip", "install", *sys.argv[1:]]
+# --no-setuptools/--no-wheel are get-pip's own flags; plain pip would reject them.
+sys.argv = ["pip", "install", *[arg for arg in sys.argv[1:] if arg not in ("--no-setuptools", "--no-wheel")]]
 runpy.run_module("pip", run_name="__main__", alter_sys=True)
 PY
 fi

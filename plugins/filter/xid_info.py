@@ -15,7 +15,7 @@ description:
   - An XID the catalog does not know gets the safe default V(CONTACT_SUPPORT) and RV(_value.unknown=true).
   - Context rules (XID 45 solo, XID 48 with 63/64, XID 154's text) need the other events and are
     applied by M(gpufleet.resilience.gpu_health), not by this filter.
-author: gpufleet.resilience contributors
+author: gpufleet.resilience contributors (@gpufleet)
 options:
   _input:
     description: The XID number (an integer, or a string of digits).
@@ -52,7 +52,9 @@ _value:
       description: V(fatal) or V(non-fatal).
       type: str
     action:
-      description: Immediate action (V(IGNORE), V(RESTART_APP), V(RESET_GPU), V(DRAIN_AND_RESET), V(RESTART_BM), V(RESTART_VM), V(CONTACT_SUPPORT), V(DECODE)).
+      description:
+        - Immediate action, one of V(IGNORE), V(RESTART_APP), V(RESET_GPU), V(DRAIN_AND_RESET),
+          V(RESTART_BM), V(RESTART_VM), V(CONTACT_SUPPORT), V(DECODE).
       type: str
     immediate_bucket:
       description: The catalog's own words for the immediate action.

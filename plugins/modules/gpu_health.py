@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, gpufleet.resilience contributors
-# Apache License 2.0 (see LICENSE)
+# Apache License 2.0 (see LICENSE); modules are also offered under the
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0 OR GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ description:
     from its recovery-action text; XIDs 74 and 144-150 need decoding and keep their raw text. An
     unknown XID is reported (V(CONTACT_SUPPORT), non-fatal until repeated), never dropped.
   - Read-only. It never acts on the node; remediation playbooks act on its verdict.
-author: gpufleet.resilience contributors
+author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.nvml
 options:
@@ -54,9 +56,11 @@ options:
     default: {}
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

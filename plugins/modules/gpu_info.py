@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, gpufleet.resilience contributors
-# Apache License 2.0 (see LICENSE)
+# Apache License 2.0 (see LICENSE); modules are also offered under the
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0 OR GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ description:
   - The snapshot has temperature, power, ECC volatile and aggregate single/double-bit counts,
     retired pages pending, remapped rows, clock throttle reasons and NVLink state and error counters
     where the GPU supports them. A field the GPU does not support is V(null), not an error.
-  - A GPU that has fallen off the bus (C(NVML_ERROR_GPU_IS_LOST)) is reported with RV(ansible_facts.gpufleet_gpus[].lost=true).
+  - A GPU that has fallen off the bus (C(NVML_ERROR_GPU_IS_LOST)) is reported with C(lost=true)
+    in RV(ansible_facts.gpufleet_gpus).
   - Read-only.
-author: gpufleet.resilience contributors
+author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.nvml
 options:
@@ -27,11 +30,14 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 """
 

@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, gpufleet.resilience contributors
-# Apache License 2.0 (see LICENSE)
+# Apache License 2.0 (see LICENSE); modules are also offered under the
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0 OR GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ description:
     argv restarts it.
   - Stops processes only through their record, never by name. The start time in the record
     guards against signalling an unrelated process that reuses the PID.
-author: gpufleet.resilience contributors
+author: gpufleet.resilience contributors (@gpufleet)
 options:
   name:
     description:
@@ -94,8 +96,10 @@ options:
         default: 60
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - Used by the lab roles. Not meant for production daemons, which belong to systemd.

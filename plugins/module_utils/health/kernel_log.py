@@ -99,7 +99,7 @@ def _iso_epoch(match) -> Optional[float]:
         return None
     try:
         if offset == "Z":
-            zone = timezone.utc  # noqa: UP017 - datetime.UTC is Python 3.11+, module_utils run on 3.8
+            zone = timezone.utc
         else:
             sign = -1 if offset[0] == "-" else 1
             digits = offset[1:].replace(":", "")
@@ -115,7 +115,7 @@ def split_prefix(line: str) -> Tuple[str, Optional[float], Optional[float]]:
     """Strip log prefixes; return (message, epoch timestamp or None, seconds since boot or None)."""
     timestamp = uptime = None
     position = 0
-    for _ in range(8):  # prefixes nest a few deep at most; bounded whatever the input
+    for _attempt in range(8):  # prefixes nest a few deep at most; bounded whatever the input
         rest = line[position:]
         match = _KMSG.match(rest)
         if match:

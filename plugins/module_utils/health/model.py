@@ -29,6 +29,7 @@ an automated reset of one GPU must not wait for a human looking at another.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Tuple
@@ -306,7 +307,7 @@ class Thresholds:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ThresholdError(item.name, "must be a number, got %r" % (value,))
-            if value != value or value in (float("inf"), float("-inf")):
+            if not math.isfinite(value):
                 raise ThresholdError(item.name, "must be finite, got %r" % (value,))
         for name in ("repeat_escalation_count", "app_repeat_escalation_count", "reset_escalation_count",
                      "ecc_sbe_volatile_max", "nvlink_crc_flit_max", "nvlink_crc_data_max",

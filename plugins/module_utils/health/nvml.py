@@ -257,7 +257,8 @@ class NvmlReader:
                     break  # no NVLink on this GPU, or past its last link
                 raise NvmlError("NVML error %s reading NVLink %d state: %s" % (code, link, exc)) from exc
             counters = {
-                name: field_or_absent(lambda counter=counter: pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
+                name: field_or_absent(
+                    lambda link=link, counter=counter: pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
                 for counter, name in enumerate(NVLINK_COUNTERS)
             }
             links.append(NvLinkStatus(link=link, active=bool(state), **counters))

@@ -72,7 +72,8 @@ def merge_gpu(gpu: GpuInfo, snapshots: Sequence[GpuSnapshot]) -> Dict[str, Any]:
     for snap in snapshots:
         if snap.index == gpu.index:
             # The inventory wins on identity: a lost GPU's snapshot has none.
-            merged.update({key: value for key, value in snap.to_dict().items() if key not in merged or value is not None})
+            merged.update({key: value for key, value in snap.to_dict().items()
+                           if key not in merged or value is not None})
     return merged
 
 
@@ -109,7 +110,6 @@ def _with_identity(event: XidEvent, gpus: Sequence[GpuInfo]) -> XidEvent:
         if gpu.pci_bus_id == event.pci_bus_id:
             return replace(event, gpu_index=gpu.index, gpu_uuid=event.gpu_uuid or gpu.uuid)
     return event
-
 
 
 def parse_since(value: Optional[str]) -> Optional[float]:

@@ -398,6 +398,23 @@ def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional
                       detail="catalog bucket %s" % (entry.immediate_bucket or "(none)"), **base)
 
 
+def _current_recovery(device_events: Sequence[XidEvent]) -> Optional[RecoveryAction]:
+    """The recovery action of a GPU's latest XID 154 that says one.
+
+    The latest wins because the driver moves the action on (to 0x0 once the GPU
+    has recovered). A 154 without readable text (NVML's event API has none)
+    cannot override one that has it; with no readable 154 at all, the latest
+    unreadable one gives CONTACT_SUPPORT.
+    """
+    recoveries = [event for event in device_events if event.xid == XID_RECOVERY_ACTION and event.kind != "sxid"]
+    if not recoveries:
+        return None
+    ordered = sorted(enumerate(recoveries), key=lambda item: (_sort_time(item[1]), item[0]))
+    results = [recovery_action_from_text(event.message) for _position, event in ordered]
+    readable = [result for result in results if result.code is not None]
+    return readable[-1] if readable else results[-1]
+
+
 def occurrences(events: Sequence[XidEvent], burst_s: float) -> int:
     """Distinct occurrences: events of one clock closer than ``burst_s`` to a burst's first count once.
 
@@ -472,13 +489,19 @@ def classify(events: Sequence[XidEvent], thresholds: Thresholds = DEFAULT_THRESH
     groups: Dict[Tuple[object, int, _Judgement], List[XidEvent]] = {}
     for device, device_events in by_device.items():
         xids_here = sorted({event.xid for event in device_events if event.kind != "sxid"})
-        recoveries = [event for event in device_events if event.xid == XID_RECOVERY_ACTION and event.kind != "sxid"]
-        recovery = None
-        if recoveries:
-            latest = max(enumerate(recoveries), key=lambda item: (_sort_time(item[1]), item[0]))[1]
-            recovery = recovery_action_from_text(latest.message)
-        for event in device_events:
-            judgement = _judge_catalog(event, xids_here, recovery)
+        recovery = _current_recovery(device_events)
+        judged = [(event, _judge_catalog(event, xids_here, recovery)) for event in device_events]
+        # NVML's event API reports an NVLink5 XID without its registers. When the kernel
+        # log has a decodable line of the same XID, the bare report is the same incident
+        # and adds nothing: fold it into the decoded fault instead of a separate DECODE.
+        decoded = {}
+        for event, judgement in judged:
+            if event.xid in NVLINK5_XIDS and judgement.action != "DECODE":
+                decoded.setdefault(event.xid, judgement)
+        for event, judgement in judged:
+            if (event.xid in decoded and judgement.action == "DECODE"
+                    and _REGISTERS_RE.search(event.message or "") is None):
+                judgement = decoded[event.xid]
             groups.setdefault((device, event.xid, judgement), []).append(event)
 
     faults = []

@@ -51,9 +51,6 @@ class FieldError(FakeGpuStateError):
         self.field = name
 
 
-def _num(default: int, maximum: int) -> Any:
-    return field(default=default, metadata={"max": maximum})
-
 
 @dataclass(frozen=True)
 class NodeState:
@@ -61,7 +58,7 @@ class NodeState:
     node: str
     driver_version: str = "580.95.05"
     nvml_version: str = "13.580.95.05"
-    cuda_driver_version: int = _num(13000, _U32)
+    cuda_driver_version: int = field(default=13000, metadata={"max": _U32})
 
 
 @dataclass(frozen=True)
@@ -75,34 +72,34 @@ class GpuState:
     product: str  # Kubernetes label form: NVIDIA-H100-80GB-HBM3
     name: str  # NVML form: NVIDIA H100 80GB HBM3
     # Capabilities: settable, kept by clear().
-    pci_device_id: int = _num(0x233010DE, _U32)
-    memory_total: int = _num(80 * _GIB, _U64)
+    pci_device_id: int = field(default=0x233010DE, metadata={"max": _U32})
+    memory_total: int = field(default=80 * _GIB, metadata={"max": _U64})
     nvlink_supported: bool = True
-    nvlink_links: int = _num(18, MAX_NVLINKS)
+    nvlink_links: int = field(default=18, metadata={"max": MAX_NVLINKS})
     retired_pages_supported: bool = True
     # Health: settable, reset to these defaults by clear().
-    temperature: int = _num(35, _U32)  # degrees C
-    power_mw: int = _num(70000, _U32)
-    memory_used: int = _num(0, _U64)
-    utilization_gpu: int = _num(0, 100)
-    utilization_memory: int = _num(0, 100)
-    ecc_sbe_volatile: int = _num(0, _U64)
-    ecc_dbe_volatile: int = _num(0, _U64)
-    ecc_sbe_aggregate: int = _num(0, _U64)
-    ecc_dbe_aggregate: int = _num(0, _U64)
+    temperature: int = field(default=35, metadata={"max": _U32})  # degrees C
+    power_mw: int = field(default=70000, metadata={"max": _U32})
+    memory_used: int = field(default=0, metadata={"max": _U64})
+    utilization_gpu: int = field(default=0, metadata={"max": 100})
+    utilization_memory: int = field(default=0, metadata={"max": 100})
+    ecc_sbe_volatile: int = field(default=0, metadata={"max": _U64})
+    ecc_dbe_volatile: int = field(default=0, metadata={"max": _U64})
+    ecc_sbe_aggregate: int = field(default=0, metadata={"max": _U64})
+    ecc_dbe_aggregate: int = field(default=0, metadata={"max": _U64})
     retired_pages_pending: bool = False
-    remapped_rows_corrected: int = _num(0, _U32)
-    remapped_rows_uncorrected: int = _num(0, _U32)
+    remapped_rows_corrected: int = field(default=0, metadata={"max": _U32})
+    remapped_rows_uncorrected: int = field(default=0, metadata={"max": _U32})
     remapped_rows_pending: bool = False
     remapped_rows_failure: bool = False
-    throttle_reasons: int = _num(0, _U64)  # nvmlClocksEventReason* bitmask
-    nvlink_down: int = _num(0, 2**MAX_NVLINKS - 1)  # bitmask of inactive links
+    throttle_reasons: int = field(default=0, metadata={"max": _U64})  # nvmlClocksEventReason* bitmask
+    nvlink_down: int = field(default=0, metadata={"max": 2**MAX_NVLINKS - 1})  # bitmask of inactive links
     # NVLink error counters are reported on link 0; every other link reads 0.
-    nvlink_replay_errors: int = _num(0, _U64)
-    nvlink_recovery_errors: int = _num(0, _U64)
-    nvlink_crc_flit_errors: int = _num(0, _U64)
-    nvlink_crc_data_errors: int = _num(0, _U64)
-    nvlink_ecc_data_errors: int = _num(0, _U64)
+    nvlink_replay_errors: int = field(default=0, metadata={"max": _U64})
+    nvlink_recovery_errors: int = field(default=0, metadata={"max": _U64})
+    nvlink_crc_flit_errors: int = field(default=0, metadata={"max": _U64})
+    nvlink_crc_data_errors: int = field(default=0, metadata={"max": _U64})
+    nvlink_ecc_data_errors: int = field(default=0, metadata={"max": _U64})
     lost: bool = False  # fallen off the bus: every per-device call returns NVML_ERROR_GPU_IS_LOST
 
 
@@ -368,6 +365,7 @@ def read(state_dir: str) -> Dict[str, Any]:
     pending = []
     for name in _pending_event_names(state_dir):
         match = _EVENT_NAME.match(name)
-        assert match is not None  # filtered by _pending_event_names
+        if match is None:  # _pending_event_names already filters; be safe on races
+            continue
         pending.append({"gpu": int(match["gpu"]), "xid": int(match["xid"]), "file": name})
     return {"node": asdict(node), "gpus": gpus, "pending_events": pending}

@@ -12,16 +12,17 @@ have inherited the PID. Nothing here looks processes up by name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from ansible.module_utils.urls import open_url
 
 PID_SUFFIX = ".pid"
 # The environment a daemon sees: deliberately small so a lab daemon never
@@ -100,7 +101,8 @@ def read_record(run_dir: str, name: str) -> Optional[ProcessRecord]:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LabProcessError("%s: unreadable PID record (%s); remove it after checking the process by hand" % (path, exc))
+        raise LabProcessError(
+            "%s: unreadable PID record (%s); remove it after checking the process by hand" % (path, exc)) from exc
 
 
 def list_records(run_dir: str) -> List[ProcessRecord]:
@@ -123,10 +125,8 @@ def _write_record(run_dir: str, record: ProcessRecord) -> None:
 
 
 def _remove_record(run_dir: str, name: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(record_path(run_dir, name))
-    except FileNotFoundError:
-        pass
 
 
 def _log_tail(path: str, lines: int = 15) -> str:
@@ -157,7 +157,7 @@ def start(spec: ProcessSpec) -> ProcessRecord:
                 start_new_session=True, close_fds=True, user=spec.user,
             )
         except OSError as exc:
-            raise LabProcessError("%s: cannot execute %s: %s" % (spec.name, spec.argv[0], exc))
+            raise LabProcessError("%s: cannot execute %s: %s" % (spec.name, spec.argv[0], exc)) from exc
     start_time = None
     for _attempt in range(50):
         start_time = proc_start_time(child.pid)
@@ -224,16 +224,9 @@ def check_ready(check: ReadinessCheck) -> bool:
         except OSError:
             return False
     if check.http is not None:
-        context = None
-        if check.http.startswith("https:"):
-            context = ssl.create_default_context(cafile=check.ca)
-            if check.insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if check.cert:
-                context.load_cert_chain(check.cert, check.key)
         try:
-            with urllib.request.urlopen(check.http, timeout=2, context=context) as reply:
+            with open_url(check.http, timeout=2, validate_certs=not check.insecure, ca_path=check.ca,
+                          client_cert=check.cert, client_key=check.key) as reply:
                 return 200 <= reply.status < 300
         except (OSError, ValueError):
             return False

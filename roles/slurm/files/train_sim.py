@@ -26,6 +26,7 @@ Standard library only: it runs inside sbatch with whatever Python the node has.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -77,7 +78,7 @@ def _payload_checksum(payload: dict) -> str:
 
 
 def checkpoint_name(step: int) -> str:
-    return "%s%09d%s" % (CHECKPOINT_PREFIX, step, CHECKPOINT_SUFFIX)
+    return f"{CHECKPOINT_PREFIX}{step:09d}{CHECKPOINT_SUFFIX}"
 
 
 def encode_checkpoint(current: TrainingState, rounds: int) -> bytes:
@@ -95,14 +96,14 @@ def decode_checkpoint(raw: bytes, rounds: int) -> TrainingState:
         payload = document["payload"]
         checksum = document["sha256"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpoint("unreadable: %s" % exc) from exc
+        raise CorruptCheckpoint(f"unreadable: {exc}") from exc
     if not isinstance(payload, dict) or _payload_checksum(payload) != checksum:
         raise CorruptCheckpoint("checksum mismatch")
     if payload.get("format") != CHECKPOINT_FORMAT:
-        raise CorruptCheckpoint("format %r" % payload.get("format"))
+        raise CorruptCheckpoint(f"format {payload.get('format')!r}")
     # A checkpoint made with other work per step would resume into a different trajectory.
     if payload.get("rounds") != rounds:
-        raise CorruptCheckpoint("made with --hash-rounds %r, not %d" % (payload.get("rounds"), rounds))
+        raise CorruptCheckpoint(f"made with --hash-rounds {payload.get('rounds')!r}, not {rounds}")
     step, state = payload.get("step"), payload.get("state")
     if not isinstance(step, int) or step < 0 or not isinstance(state, str) or len(state) != 64:
         raise CorruptCheckpoint("bad step or state")
@@ -112,7 +113,7 @@ def decode_checkpoint(raw: bytes, rounds: int) -> TrainingState:
 def write_checkpoint(directory: Path, current: TrainingState, rounds: int) -> Path:
     """Write atomically: readers see the old set of files or the new one, never half a file."""
     final = directory / checkpoint_name(current.step)
-    tmp = directory / (".%s.%d.tmp" % (final.name, os.getpid()))
+    tmp = directory / f".{final.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as handle:
         handle.write(encode_checkpoint(current, rounds))
         handle.flush()
@@ -131,13 +132,15 @@ def checkpoint_files(directory: Path) -> list[Path]:
     """Checkpoints, newest (highest step) first."""
     found = []
     for path in directory.glob(CHECKPOINT_PREFIX + "*" + CHECKPOINT_SUFFIX):
-        number = path.name[len(CHECKPOINT_PREFIX): -len(CHECKPOINT_SUFFIX)]
+        number = path.name[len(CHECKPOINT_PREFIX) : -len(CHECKPOINT_SUFFIX)]
         if number.isdigit():
             found.append((int(number), path))
     return [path for _step, path in sorted(found, reverse=True)]
 
 
-def newest_valid_checkpoint(directory: Path, rounds: int, log: Logger) -> tuple[Optional[TrainingState], Optional[Path]]:
+def newest_valid_checkpoint(
+    directory: Path, rounds: int, log: Logger
+) -> tuple[Optional[TrainingState], Optional[Path]]:
     for path in checkpoint_files(directory):
         try:
             current = decode_checkpoint(path.read_bytes(), rounds)
@@ -150,10 +153,8 @@ def newest_valid_checkpoint(directory: Path, rounds: int, log: Logger) -> tuple[
 
 def prune_checkpoints(directory: Path, keep: int) -> None:
     for path in checkpoint_files(directory)[keep:]:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 class Logger:
@@ -161,7 +162,7 @@ class Logger:
         self.stream = stream if stream is not None else sys.stdout
 
     def event(self, name: str, **fields: object) -> None:
-        parts = [name, "time=%.3f" % time.time()] + ["%s=%s" % (key, value) for key, value in fields.items()]
+        parts = [name, f"time={time.time():.3f}"] + [f"{key}={value}" for key, value in fields.items()]
         self.stream.write(" ".join(parts) + "\n")
         # Slurm's output file is what drills read, possibly while we still run.
         self.stream.flush()
@@ -202,10 +203,8 @@ class StopRequest:
                 return
             ready, _w, _x = select.select([self._wakeup_read], [], [], left)
             if ready:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     os.read(self._wakeup_read, 512)
-                except BlockingIOError:
-                    pass
 
 
 @dataclass(frozen=True)
@@ -232,8 +231,13 @@ def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
             if current.step != last_saved:
                 write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
                 prune_checkpoints(config.checkpoint_dir, config.keep)
-            log.event("interrupted", step=current.step, signal=stop.signal_name, checkpoint=checkpoint_name(current.step),
-                      exit=EXIT_REQUEUE)
+            log.event(
+                "interrupted",
+                step=current.step,
+                signal=stop.signal_name,
+                checkpoint=checkpoint_name(current.step),
+                exit=EXIT_REQUEUE,
+            )
             return EXIT_REQUEUE
         began = time.monotonic()
         current = current.advance(config.hash_rounds)
@@ -256,14 +260,14 @@ def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1, got %d" % value)
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0, got %s" % text)
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
@@ -272,14 +276,28 @@ def parse_args(argv: list[str]) -> RunConfig:
     parser.add_argument("--checkpoint-dir", required=True, type=Path, help="where checkpoints live (shared storage)")
     parser.add_argument("--steps", type=_positive_int, default=1000, help="total steps of the run (default 1000)")
     parser.add_argument("--checkpoint-every", type=_positive_int, default=50, help="steps between checkpoints")
-    parser.add_argument("--step-seconds", type=_non_negative_float, default=0.05,
-                        help="minimum wall time of one step; the hashing counts towards it (default 0.05)")
-    parser.add_argument("--hash-rounds", type=_positive_int, default=2000,
-                        help="SHA-256 rounds per step, the step's real work (default 2000, about 1-3 ms)")
+    parser.add_argument(
+        "--step-seconds",
+        type=_non_negative_float,
+        default=0.05,
+        help="minimum wall time of one step; the hashing counts towards it (default 0.05)",
+    )
+    parser.add_argument(
+        "--hash-rounds",
+        type=_positive_int,
+        default=2000,
+        help="SHA-256 rounds per step, the step's real work (default 2000, about 1-3 ms)",
+    )
     parser.add_argument("--keep", type=_positive_int, default=3, help="checkpoints to keep (default 3)")
     args = parser.parse_args(argv)
-    return RunConfig(checkpoint_dir=args.checkpoint_dir, steps=args.steps, checkpoint_every=args.checkpoint_every,
-                     step_seconds=args.step_seconds, hash_rounds=args.hash_rounds, keep=args.keep)
+    return RunConfig(
+        checkpoint_dir=args.checkpoint_dir,
+        steps=args.steps,
+        checkpoint_every=args.checkpoint_every,
+        step_seconds=args.step_seconds,
+        hash_rounds=args.hash_rounds,
+        keep=args.keep,
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -222,7 +222,7 @@ def test_xids_arrive_in_injection_order(nvml: Any, node_dir: str, xid_events: An
     for gpu, xid in injected:
         fgs.inject_xid(node_dir, gpu, xid)
     delivered = []
-    for _ in injected:
+    for _event in injected:
         data = nvml.nvmlEventSetWait_v2(xid_events, 1000)
         delivered.append((nvml.nvmlDeviceGetIndex(data.device), data.eventData))
     assert delivered == injected
@@ -288,7 +288,8 @@ def test_two_waiting_processes_share_events_exactly_once(fake_nvml_lib: Path, no
     )
     env = dict(os.environ, LD_LIBRARY_PATH=str(fake_nvml_lib.parent), GPUFLEET_FAKE_NVML_DIR=node_dir)
     waiters = [
-        subprocess.Popen([sys.executable, "-c", waiter], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", waiter], env=env, stdout=subprocess.PIPE, text=True)
+        for _waiter in range(2)
     ]
     try:
         for proc in waiters:
@@ -414,7 +415,7 @@ def test_measure_delivery_latency_and_snapshot_cost(nvml: Any, node_dir: str, xi
     p50, p99 = statistics.median(latencies_ms), latencies_ms[int(len(latencies_ms) * 0.99) - 1]
 
     snapshot_ms = []
-    for _ in range(20):
+    for _attempt in range(20):
         start = time.perf_counter()
         snapshot = full_snapshot(nvml)
         snapshot_ms.append((time.perf_counter() - start) * 1000)

@@ -29,8 +29,17 @@ train_sim = _load_module()
 
 
 def run(ckpt: Path, *extra: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", str(ckpt), "--hash-rounds", str(ROUNDS),
-            "--step-seconds", "0", *extra]
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--hash-rounds",
+        str(ROUNDS),
+        "--step-seconds",
+        "0",
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -50,7 +59,10 @@ def test_fresh_run_reaches_the_uninterrupted_state(tmp_path: Path) -> None:
     assert [e["step"] for e in events(result.stdout, "checkpoint")] == ["10", "20", "30"]
     assert events(result.stdout, "done")[0]["state"] == train_sim.expected_state(30, ROUNDS).state
     assert [p.name for p in train_sim.checkpoint_files(tmp_path)] == [
-        "ckpt-000000030.json", "ckpt-000000020.json", "ckpt-000000010.json"]
+        "ckpt-000000030.json",
+        "ckpt-000000020.json",
+        "ckpt-000000010.json",
+    ]
 
 
 def test_resume_continues_from_newest_checkpoint_without_repeating_steps(tmp_path: Path) -> None:
@@ -100,8 +112,20 @@ def test_checkpoint_with_other_work_per_step_is_not_trusted(tmp_path: Path) -> N
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_for_requeue(tmp_path: Path) -> None:
-    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", str(tmp_path), "--hash-rounds", str(ROUNDS),
-            "--steps", "100000", "--checkpoint-every", "1000", "--step-seconds", "0.01"]
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--hash-rounds",
+        str(ROUNDS),
+        "--steps",
+        "100000",
+        "--checkpoint-every",
+        "1000",
+        "--step-seconds",
+        "0.01",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     seen = []
     # Wait for real progress that is not on a checkpoint boundary.
@@ -128,8 +152,18 @@ def test_sigterm_saves_a_checkpoint_and_exits_for_requeue(tmp_path: Path) -> Non
 
 
 def test_sigterm_during_a_long_sleep_is_handled_promptly(tmp_path: Path) -> None:
-    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", str(tmp_path), "--hash-rounds", str(ROUNDS),
-            "--steps", "10", "--step-seconds", "30"]
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--hash-rounds",
+        str(ROUNDS),
+        "--steps",
+        "10",
+        "--step-seconds",
+        "30",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("start ")
     assert proc.stdout.readline().startswith("step step=1 ")

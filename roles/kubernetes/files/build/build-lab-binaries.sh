@@ -42,8 +42,8 @@ declare -A package=(
   [kwok]=sigs.k8s.io/kwok/cmd/kwok
 )
 declare -A cold_minutes=(
-  [kube-apiserver]=9 [kube-controller-manager]=4 [kube-scheduler]=1 [kubectl]=2
-  [etcd]=2 [kwok]=3
+  [kube-apiserver]=5 [kube-controller-manager]=2 [kube-scheduler]=1 [kubectl]=1
+  [etcd]=1 [kwok]=3
 )
 all_binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 

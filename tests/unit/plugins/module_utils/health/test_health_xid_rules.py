@@ -398,3 +398,34 @@ def test_snapshot_knobs():
     assert faults_from_snapshot(snapshot, relaxed) == []
     inactive = [fault for fault in faults_from_snapshot(snapshot) if fault.name == "NVLINK_INACTIVE"]
     assert [(fault.message, fault.count) for fault in inactive] == [("NVLink 0 inactive", 1)]
+
+
+# ------------------------------------------- NVML reports without driver text
+
+NVML_TEXT = "XID %d reported by the NVML event API"
+
+
+def test_nvml_154_without_text_does_not_override_the_kernel_log_text():
+    kernel = event(154, message="GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+                   timestamp=T0)
+    nvml = event(154, message=NVML_TEXT % 154, timestamp=T0 + 1, source="nvml")
+    fault = only(classify([kernel, nvml]), 154)
+    assert (fault.action, fault.count, fault.source) == ("RESTART_BM", 1, "kernel_log+nvml")
+    assert only(classify([nvml]), 154).action == "CONTACT_SUPPORT"
+
+
+def test_recovery_action_text_without_the_from_part():
+    # A reader that fills the message from NVML's recovery-action field can say just this.
+    assert recovery_action_from_text("GPU recovery action changed to 0x1").action == "RESET_GPU"
+
+
+def test_bare_nvml_nvlink5_report_folds_into_the_decoded_kernel_line():
+    kernel = event(149, message="NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x0 0x0 0x0 0x0)",
+                   timestamp=T0)
+    nvml = event(149, message=NVML_TEXT % 149, timestamp=T0 + 2, source="nvml")
+    fault = only(classify([kernel, nvml]), 149)
+    assert (fault.action, fault.count, fault.source) == ("RESET_GPU", 1, "kernel_log+nvml")
+    # A second message with registers that do not decode is a different report: kept as DECODE.
+    odd = event(149, message="NETIR_NEW_THING Fatal XC0 i0 Link 01 (0x03f00000 0x00000000 0x0)", timestamp=T0 + 3)
+    actions = sorted(f.action for f in classify([kernel, nvml, odd]))
+    assert actions == ["DECODE", "RESET_GPU"]

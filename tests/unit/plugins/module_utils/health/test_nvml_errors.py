@@ -33,7 +33,7 @@ def test_return_codes_match_nvml_h():
     assert nvml.NVML_ERROR_FUNCTION_NOT_FOUND == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     assert nvml.NVML_ERROR_DRIVER_NOT_LOADED == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
     assert nvml.NVML_ERROR_INVALID_ARGUMENT == pynvml.NVML_ERROR_INVALID_ARGUMENT
-    assert nvml.XID_CRITICAL_ERROR_EVENT == pynvml.nvmlEventTypeXidCriticalError
+    assert pynvml.nvmlEventTypeXidCriticalError == nvml.XID_CRITICAL_ERROR_EVENT
 
 
 def test_value_passes_through():

@@ -1,20 +1,20 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Expand GPU node pools (the inventory's gpufleet_node_pools) into their nodes.
+"""Where each node of a GPU node pool sits, and the Node object that simulates it in the lab.
 
 Node ``<pool>-NNN`` (1-based, 3 digits) sits in rack ``<pool>-rack-<r>`` with
 ``r = (NNN - 1) // nodes_per_rack + 1`` and in block ``<pool>-block-<b>`` with
 ``b = (r - 1) // racks_per_block + 1``. Spares continue the numbering after the active nodes,
 so a spare that replaces a failed node already has its place in the topology.
+
+Pure data: no I/O, no clients.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional
-
-from ansible.errors import AnsibleFilterError
+from typing import Any, Dict, List, Mapping
 
 POOL_DEFAULTS: Dict[str, Any] = {
     "spares": 0,
@@ -26,12 +26,17 @@ POOL_DEFAULTS: Dict[str, Any] = {
     "cpus": 16,
     "memory_mb": 65536,
 }
-# Node names must stay DNS labels (<= 63 characters) with the "-NNN" suffix.
+# Node names stay DNS labels (<= 63 characters) with the "-NNN" suffix.
 _POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,57}[a-z0-9])?$")
-# Kubernetes label values (zone, GPU product).
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-# Three digits in the node name.
 MAX_NODES_PER_POOL = 999
+# kwok's controller takes over the nodes that carry this annotation (the kubernetes role
+# starts it with --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake).
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+
+
+class NodeLayoutError(ValueError):
+    """A pool definition is invalid; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -52,91 +57,94 @@ class PoolNode:
 def _field(pool: Mapping[str, Any], key: str, where: str) -> Any:
     value = pool.get(key, POOL_DEFAULTS.get(key))
     if value is None:
-        raise AnsibleFilterError(f"{where}.{key} is required")
+        raise NodeLayoutError("%s.%s is required" % (where, key))
     return value
 
 
 def _label_value(pool: Mapping[str, Any], key: str, where: str) -> str:
     value = str(_field(pool, key, where))
     if not _LABEL_VALUE.match(value):
-        raise AnsibleFilterError(f"{where}.{key} {value!r} is not a valid Kubernetes label value")
+        raise NodeLayoutError("%s.%s %r is not a valid Kubernetes label value" % (where, key, value))
     return value
 
 
-def _positive_int(pool: Mapping[str, Any], key: str, where: str, minimum: int) -> int:
+def _int_at_least(pool: Mapping[str, Any], key: str, where: str, minimum: int) -> int:
     value = _field(pool, key, where)
+    if isinstance(value, bool):
+        raise NodeLayoutError("%s.%s must be an integer, got %r" % (where, key, value))
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise AnsibleFilterError(f"{where}.{key} must be an integer, got {value!r}") from None
+        raise NodeLayoutError("%s.%s must be an integer, got %r" % (where, key, value)) from None
     if number < minimum:
-        raise AnsibleFilterError(f"{where}.{key} must be >= {minimum}, got {number}")
+        raise NodeLayoutError("%s.%s must be >= %d, got %d" % (where, key, minimum, number))
     return number
 
 
 def expand_pool(pool: Mapping[str, Any], where: str) -> List[PoolNode]:
+    """Every node of one pool, active ones first, then the spares."""
     name = str(_field(pool, "name", where))
     if not _POOL_NAME.match(name):
-        raise AnsibleFilterError(
-            f"{where}.name {name!r} must be lowercase letters, digits and '-', at most 59 characters"
-        )
-    count = _positive_int(pool, "count", where, 0)
-    spares = _positive_int(pool, "spares", where, 0)
+        raise NodeLayoutError(
+            "%s.name %r must be lowercase letters, digits and '-', at most 59 characters" % (where, name))
+    count = _int_at_least(pool, "count", where, 0)
+    spares = _int_at_least(pool, "spares", where, 0)
     if count + spares > MAX_NODES_PER_POOL:
-        raise AnsibleFilterError(f"{where}: count + spares must be <= {MAX_NODES_PER_POOL}, got {count + spares}")
-    gpus = _positive_int(pool, "gpus_per_node", where, 0)
-    nodes_per_rack = _positive_int(pool, "nodes_per_rack", where, 1)
-    racks_per_block = _positive_int(pool, "racks_per_block", where, 1)
-    cpus = _positive_int(pool, "cpus", where, 1)
-    memory_mb = _positive_int(pool, "memory_mb", where, 1)
+        raise NodeLayoutError("%s: count + spares must be <= %d, got %d" % (where, MAX_NODES_PER_POOL, count + spares))
+    gpus = _int_at_least(pool, "gpus_per_node", where, 0)
+    nodes_per_rack = _int_at_least(pool, "nodes_per_rack", where, 1)
+    racks_per_block = _int_at_least(pool, "racks_per_block", where, 1)
+    cpus = _int_at_least(pool, "cpus", where, 1)
+    memory_mb = _int_at_least(pool, "memory_mb", where, 1)
+    zone = _label_value(pool, "zone", where)
+    gpu_product = _label_value(pool, "gpu_product", where)
     nodes = []
     for index in range(1, count + spares + 1):
         rack = (index - 1) // nodes_per_rack + 1
         block = (rack - 1) // racks_per_block + 1
         nodes.append(PoolNode(
-            name=f"{name}-{index:03d}", pool=name, index=index,
-            rack=f"{name}-rack-{rack}", block=f"{name}-block-{block}",
-            zone=_label_value(pool, "zone", where), gpus=gpus,
-            gpu_product=_label_value(pool, "gpu_product", where),
-            cpus=cpus, memory_mb=memory_mb, spare=index > count,
+            name="%s-%03d" % (name, index), pool=name, index=index,
+            rack="%s-rack-%d" % (name, rack), block="%s-block-%d" % (name, block),
+            zone=zone, gpus=gpus, gpu_product=gpu_product, cpus=cpus, memory_mb=memory_mb,
+            spare=index > count,
         ))
     return nodes
 
 
-def node_pool_layout(pools: Optional[List[Mapping[str, Any]]], variable: str = "gpufleet_node_pools") -> List[Dict[str, Any]]:
-    """Every node (active and spare) of every pool, as dicts; errors name the bad field."""
+def expand_pools(pools: Any, variable: str = "gpufleet_node_pools") -> List[PoolNode]:
+    """Every node (active and spare) of every pool; pool names must be unique."""
     if not isinstance(pools, list):
-        raise AnsibleFilterError(f"{variable} must be a list of pools, got {type(pools).__name__}")
+        raise NodeLayoutError("%s must be a list of pools, got %s" % (variable, type(pools).__name__))
     nodes: List[PoolNode] = []
     seen = set()
     for position, pool in enumerate(pools):
-        where = f"{variable}[{position}]"
+        where = "%s[%d]" % (variable, position)
         if not isinstance(pool, Mapping):
-            raise AnsibleFilterError(f"{where} must be a dict")
+            raise NodeLayoutError("%s must be a dict" % where)
         if pool.get("name") in seen:
-            raise AnsibleFilterError(f"{where}.name {pool.get('name')!r} is used by another pool")
+            raise NodeLayoutError("%s.name %r is used by another pool" % (where, pool.get("name")))
         seen.add(pool.get("name"))
         nodes.extend(expand_pool(pool, where))
-    return [asdict(node) for node in nodes]
+    return nodes
 
 
-# kwok's controller takes over the nodes that carry this annotation (see the kubernetes role).
-KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+def node_as_dict(node: PoolNode) -> Dict[str, Any]:
+    return asdict(node)
 
 
 def kwok_node_manifest(node: Mapping[str, Any], max_pods: int = 110) -> Dict[str, Any]:
-    """The Node object of one simulated GPU node.
+    """The Node object of one simulated GPU node (``node`` as from ``node_as_dict``).
 
-    The status is sent with the create: the API server keeps a new node's capacity, kwok's
-    ready stage keeps it too, and the scheduler then sees nvidia.com/gpu like on a real node
+    The status goes with the create: the API server keeps a new node's capacity, the lab's
+    kwok ready stage keeps it too, and the scheduler then sees nvidia.com/gpu as on a real node
     with the device plugin. No taint: in the lab every workload is meant to land on these
     nodes, and manifests stay the same as on a real cluster.
     """
     gpus = str(node["gpus"])
     resources = {
         "cpu": str(node["cpus"]),
-        "memory": f"{node['memory_mb']}Mi",
-        "pods": str(max_pods),
+        "memory": "%dMi" % int(node["memory_mb"]),
+        "pods": str(int(max_pods)),
         "nvidia.com/gpu": gpus,
     }
     return {
@@ -161,12 +169,3 @@ def kwok_node_manifest(node: Mapping[str, Any], max_pods: int = 110) -> Dict[str
         },
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
-
-
-def kwok_node_manifests(nodes: List[Mapping[str, Any]], max_pods: int = 110) -> List[Dict[str, Any]]:
-    return [kwok_node_manifest(node, int(max_pods)) for node in nodes]
-
-
-class FilterModule:
-    def filters(self) -> Dict[str, Any]:
-        return {"node_pool_layout": node_pool_layout, "node_pool_kwok_nodes": kwok_node_manifests}
