@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """Generate plugins/module_utils/health/xid_catalog.py from NVIDIA's XID catalog (CSV export).
@@ -337,7 +337,7 @@ def render(data_dir: Path, version: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="directory with the four CSVs")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--catalog-version", help="override the content-derived version string")

@@ -35,7 +35,8 @@ options:
   since:
     description:
       - Ignore kernel-log events stamped before this time, given as epoch seconds or ISO 8601.
-      - Events without a wall-clock stamp (for example dmesg's seconds since boot) are kept.
+      - Seconds-since-boot stamps (C(dmesg)) are dated with this host's boot time, so the log must be
+        this host's. Events without any stamp are kept.
     type: str
   wait_for_xid:
     description:
@@ -97,8 +98,9 @@ verdict:
 action:
   description:
     - The recommended immediate action, the most severe of the faults'.
-    - One of V(NONE), V(IGNORE), V(RESTART_APP), V(RESET_GPU), V(DRAIN_AND_RESET), V(RESTART_BM),
-      V(RESTART_VM), V(CONTACT_SUPPORT), V(DECODE).
+    - One of V(NONE), V(IGNORE), V(RESTART_APP), V(RESTART_FM) (XID 45 alone - restart the fabric
+      manager), V(RESET_GPU), V(DRAIN_AND_RESET), V(RESTART_BM), V(RESTART_VM), V(CONTACT_SUPPORT),
+      V(DECODE).
   returned: always
   type: str
   sample: RESTART_BM

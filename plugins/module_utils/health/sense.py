@@ -47,6 +47,18 @@ def read_kernel_log(kernel_log: Union[str, Sequence[str], None]) -> List[str]:
     return [str(line) for line in kernel_log]
 
 
+def host_boot_time() -> Optional[float]:
+    """This host's boot time (``btime`` of /proc/stat), to date dmesg's seconds-since-boot."""
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def keep_since(events: Iterable[XidEvent], since: Optional[float]) -> List[XidEvent]:
     """Drop events stamped before ``since``; keep those without a wall-clock stamp."""
     if since is None:
@@ -86,7 +98,8 @@ def sense_node(
     library_path: Optional[str] = None,
 ) -> NodeHealth:
     thresholds = thresholds or Thresholds()
-    events = keep_since(parse_kernel_log(read_kernel_log(kernel_log)), since)
+    # dmesg stamps count seconds since this host booted: the log is this host's.
+    events = keep_since(parse_kernel_log(read_kernel_log(kernel_log), boot_time=host_boot_time()), since)
     gpus: List[GpuInfo] = []
     snapshots: List[GpuSnapshot] = []
     driver = None

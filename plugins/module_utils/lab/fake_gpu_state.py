@@ -51,7 +51,6 @@ class FieldError(FakeGpuStateError):
         self.field = name
 
 
-
 @dataclass(frozen=True)
 class NodeState:
     count: int = field(metadata={"max": MAX_GPUS})

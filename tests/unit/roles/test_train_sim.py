@@ -131,7 +131,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_for_requeue(tmp_path: Path) -> Non
     # Wait for real progress that is not on a checkpoint boundary.
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith("step step=7 "):
+        if events(line, "step") and events(line, "step")[0]["step"] == "7":
             break
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=10)
@@ -166,7 +166,7 @@ def test_sigterm_during_a_long_sleep_is_handled_promptly(tmp_path: Path) -> None
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("start ")
-    assert proc.stdout.readline().startswith("step step=1 ")
+    assert events(proc.stdout.readline(), "step")[0]["step"] == "1"
     began = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=10)

@@ -39,8 +39,8 @@ EPOCH = 1795921921.0
         ("NVRM: Xid (PCI:0000:3b:00 GPU-I:12 GPU-CI:3): 13, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1)",
          dict(xid=13, gpu_instance=12, compute_instance=3)),
         # Old style, no "PCI:".
-        ("NVRM: Xid (0000:03:00): 14, Channel 00000001", dict(xid=14, pci_bus_id="0000:03:00.0",
-                                                             message="Channel 00000001")),
+        ("NVRM: Xid (0000:03:00): 14, Channel 00000001",
+         dict(xid=14, pci_bus_id="0000:03:00.0", message="Channel 00000001")),
         # NVLink5.
         ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 "
          "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
