@@ -30,7 +30,9 @@ options:
 EXAMPLES = r"""
 - name: The active nodes of every pool
   ansible.builtin.debug:
-    msg: "{{ gpufleet_node_pools | gpufleet.resilience.node_pool_layout | rejectattr('spare') | map(attribute='name') }}"
+    msg: >-
+      {{ gpufleet_node_pools | gpufleet.resilience.node_pool_layout
+         | rejectattr('spare') | map(attribute='name') }}
   # -> ["gpu-a-001", ..., "gpu-a-008"]
 """
 

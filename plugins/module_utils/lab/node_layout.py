@@ -86,7 +86,8 @@ def expand_pool(pool: Mapping[str, Any], where: str) -> List[PoolNode]:
     name = str(_field(pool, "name", where))
     if not _POOL_NAME.match(name):
         raise NodeLayoutError(
-            "%s.name %r must be lowercase letters, digits and '-', at most 59 characters" % (where, name))
+            "%s.name %r must be lowercase letters, digits and '-', at most 59 characters" % (where, name)
+        )
     count = _int_at_least(pool, "count", where, 0)
     spares = _int_at_least(pool, "spares", where, 0)
     if count + spares > MAX_NODES_PER_POOL:
@@ -102,12 +103,21 @@ def expand_pool(pool: Mapping[str, Any], where: str) -> List[PoolNode]:
     for index in range(1, count + spares + 1):
         rack = (index - 1) // nodes_per_rack + 1
         block = (rack - 1) // racks_per_block + 1
-        nodes.append(PoolNode(
-            name="%s-%03d" % (name, index), pool=name, index=index,
-            rack="%s-rack-%d" % (name, rack), block="%s-block-%d" % (name, block),
-            zone=zone, gpus=gpus, gpu_product=gpu_product, cpus=cpus, memory_mb=memory_mb,
-            spare=index > count,
-        ))
+        nodes.append(
+            PoolNode(
+                name="%s-%03d" % (name, index),
+                pool=name,
+                index=index,
+                rack="%s-rack-%d" % (name, rack),
+                block="%s-block-%d" % (name, block),
+                zone=zone,
+                gpus=gpus,
+                gpu_product=gpu_product,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                spare=index > count,
+            )
+        )
     return nodes
 
 

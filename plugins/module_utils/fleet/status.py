@@ -1,0 +1,68 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""One row per GPU node, joining what Kubernetes and Slurm say about it (pure)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.sinfo import parse_sinfo_nodes
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for condition in node.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _gpus(node: Mapping[str, Any]) -> Any:
+    value = (node.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu")
+    return int(value) if value is not None and str(value).isdigit() else value
+
+
+def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], sinfo_lines: Iterable[str],
+                 gpu_health: Optional[Mapping[str, Mapping[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """Rows sorted by node name; ``gpu_health`` maps a node to a gpu_health result."""
+    slurm = parse_sinfo_nodes(sinfo_lines)
+    rows: Dict[str, Dict[str, Any]] = {}
+    for node in k8s_nodes:
+        meta = node.get("metadata", {})
+        labels = meta.get("labels") or {}
+        rows[meta["name"]] = dict(
+            name=meta["name"], pool=labels.get("gpufleet.io/pool"), rack=labels.get("gpufleet.io/rack"),
+            k8s="Ready" if _ready(node) else "NotReady", k8s_ready=_ready(node),
+            cordoned=bool(node.get("spec", {}).get("unschedulable")), gpus=_gpus(node),
+            slurm_state=None, slurm_reason=None, slurm_gpus=None,
+        )
+    for name, state in slurm.items():
+        row = rows.setdefault(name, dict(name=name, pool=None, rack=None, k8s="absent", k8s_ready=False,
+                                         cordoned=False, gpus=None))
+        row.update(slurm_state=state.state, slurm_reason=state.reason, slurm_gpus=state.gpus)
+    for name, health in (gpu_health or {}).items():
+        if name in rows:
+            rows[name].update(health=health.get("verdict"), health_reason=health.get("reason"),
+                              gpus_seen=len(health.get("gpus") or []))
+    return [rows[name] for name in sorted(rows)]
+
+
+TABLE_COLUMNS = (("NODE", "name", 12), ("K8S", "k8s", 9), ("CORDONED", "cordoned", 9), ("SLURM", "slurm_state", 12),
+                 ("GPUS", "gpus_seen", 5), ("HEALTH", "health", 9), ("REASON", "reason", 0))
+
+
+def fleet_table(rows: Iterable[Mapping[str, Any]]) -> List[str]:
+    """Fixed-width lines for a terminal: a header, then one line per node."""
+    lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS)]
+    for row in rows:
+        # The Slurm reason says why a node is out; else the health reason when it is not healthy.
+        unhealthy = row.get("health") not in (None, "healthy")
+        reason = row.get("slurm_reason") or (row.get("health_reason") if unhealthy else "")
+        values = dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no")
+        lines.append("".join(_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS))
+    return lines
+
+
+def _cell(value: Any, width: int) -> str:
+    if not width:
+        return "" if value is None else str(value)
+    return ("-" if value is None else str(value)).ljust(width)

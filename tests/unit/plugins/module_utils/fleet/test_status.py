@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.status import fleet_status, fleet_table
+
+
+def node(name, ready=True, cordoned=False, gpus="8"):
+    return {
+        "metadata": {"name": name, "labels": {"gpufleet.io/pool": "gpu-a", "gpufleet.io/rack": "gpu-a-rack-1"}},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {"allocatable": {"nvidia.com/gpu": gpus},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]},
+    }
+
+
+def test_joins_kubernetes_and_slurm_by_name():
+    rows = fleet_status(
+        [node("gpu-a-002", cordoned=True), node("gpu-a-001"), node("gpu-a-003", ready=False)],
+        ["gpu-a-001|idle|gpu:8|none", "gpu-a-002|drained|gpu:8|XID 79", "gpu-a-009|idle|gpu:8|none"],
+        {"gpu-a-002": {"verdict": "fatal", "reason": "GPU 3: XID 79", "gpus": [{}] * 8}},
+    )
+    by_name = {row["name"]: row for row in rows}
+    assert [row["name"] for row in rows] == ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-009"]
+    assert by_name["gpu-a-001"]["k8s"] == "Ready" and by_name["gpu-a-001"]["slurm_state"] == "idle"
+    assert by_name["gpu-a-002"]["cordoned"] is True and by_name["gpu-a-002"]["slurm_reason"] == "XID 79"
+    assert by_name["gpu-a-002"]["health"] == "fatal" and by_name["gpu-a-002"]["gpus_seen"] == 8
+    assert by_name["gpu-a-003"]["k8s"] == "NotReady" and by_name["gpu-a-003"]["slurm_state"] is None
+    assert by_name["gpu-a-009"]["k8s"] == "absent"
+    assert by_name["gpu-a-001"]["gpus"] == 8
+
+
+def test_table_has_a_header_and_a_line_per_node():
+    rows = fleet_status([node("gpu-a-001"), node("gpu-a-002", cordoned=True)],
+                        ["gpu-a-001|idle|gpu:8|none", "gpu-a-002|drained|gpu:8|XID 79 fenced"])
+    lines = fleet_table(rows)
+    assert lines[0].split() == ["NODE", "K8S", "CORDONED", "SLURM", "GPUS", "HEALTH", "REASON"]
+    assert lines[1].split()[:4] == ["gpu-a-001", "Ready", "no", "idle"]
+    assert lines[2].split()[:4] == ["gpu-a-002", "Ready", "yes", "drained"]
+    assert lines[2].endswith("XID 79 fenced")
