@@ -70,6 +70,8 @@ def identity(pid: int) -> Optional[ProcessId]:
 def socket_files(spool_dirs: list[Path]) -> list[Path]:
     found = []
     for spool in spool_dirs:
+        # /proc/net/unix holds the absolute path each socket was bound to.
+        spool = Path(os.path.abspath(spool))
         if not spool.is_dir():
             continue
         for path in sorted(spool.rglob("*")):
@@ -191,8 +193,13 @@ def stop_step_daemons(daemons: list[StepDaemon], grace: float) -> None:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="lab_stepd", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["list", "stop"])
-    parser.add_argument("--spool-dir", action="append", type=Path, required=True,
-                        help="a SlurmdSpoolDir, or a directory above several (searched recursively)")
+    parser.add_argument(
+        "--spool-dir",
+        action="append",
+        type=Path,
+        required=True,
+        help="a SlurmdSpoolDir, or a directory above several (searched recursively)",
+    )
     parser.add_argument("--stepd-exe", default="/usr/sbin/slurmstepd", help="the slurmstepd executable")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL for jobs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

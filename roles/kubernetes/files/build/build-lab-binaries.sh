@@ -91,7 +91,9 @@ stamp_of() {
     echo "${package[$name]}"
     go env GOVERSION
     ldflags_of "${name}"
-    cat "${dir}/go.mod" "${dir}/go.sum"
+    # Comments in go.mod do not change what gets built.
+    grep -v '^[[:space:]]*//' "${dir}/go.mod"
+    cat "${dir}/go.sum"
   } | sha256sum | cut -d' ' -f1
 }
 

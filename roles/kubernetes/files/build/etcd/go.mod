@@ -1,5 +1,5 @@
 // Wrapper module: builds the etcd server binary (package main at the root of
-// go.etcd.io/etcd/server/v3). Keep ETCD_VERSION in build-lab-binaries.sh in step with this file.
+// go.etcd.io/etcd/server/v3). Keep kubernetes_lab_etcd_version (defaults/main.yml) in step.
 module gpufleet.local/labbuild/etcd
 
 go 1.26.0

@@ -1,7 +1,7 @@
 // Wrapper module: builds the lab control plane from the published k8s.io/kubernetes module.
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and points them at ./staging with
 // replace directives, which do not apply to a dependency, so each one is pinned here to its
-// published v0.36.x tag. Keep KUBERNETES_VERSION in build-lab-binaries.sh in step with this file.
+// published v0.36.x tag. Keep kubernetes_lab_version (defaults/main.yml) in step with this file.
 module gpufleet.local/labbuild/kubernetes
 
 go 1.26.0

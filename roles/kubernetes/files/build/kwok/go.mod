@@ -1,4 +1,4 @@
-// Wrapper module: builds the kwok controller. Keep KWOK_VERSION in build-lab-binaries.sh in
+// Wrapper module: builds the kwok controller. Keep kubernetes_lab_kwok_version (defaults/main.yml) in
 // step with this file.
 module gpufleet.local/labbuild/kwok
 
