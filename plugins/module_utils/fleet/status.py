@@ -52,13 +52,13 @@ TABLE_COLUMNS = (("NODE", "name", 12), ("K8S", "k8s", 9), ("CORDONED", "cordoned
 
 def fleet_table(rows: Iterable[Mapping[str, Any]]) -> List[str]:
     """Fixed-width lines for a terminal: a header, then one line per node."""
-    lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS)]
+    lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS).rstrip()]
     for row in rows:
         # The Slurm reason says why a node is out; else the health reason when it is not healthy.
         unhealthy = row.get("health") not in (None, "healthy")
         reason = row.get("slurm_reason") or (row.get("health_reason") if unhealthy else "")
         values = dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no")
-        lines.append("".join(_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS))
+        lines.append("".join(_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
     return lines
 
 

@@ -1,0 +1,126 @@
+"""The lab and one-click Slurm, against the real daemons: kube-apiserver + kwok, slurmctld + slurmd.
+
+One session-scoped lab (4 GPU nodes x 8 GPUs, 2 spares) serves every test here.
+Tests that change the lab (adding a pool, taking it down) come last, in file order.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from lab_harness import lab_processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+POOL = "gpu-a"
+ACTIVE = ["gpu-a-%03d" % n for n in range(1, 5)]
+SPARES = ["gpu-a-005", "gpu-a-006"]
+
+
+def ready(node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def sinfo_states(lab) -> dict:
+    lines = lab.slurm("sinfo", "--Node", "--noheader", "--format=%N|%T").split()
+    return dict(line.split("|", 1) for line in lines)
+
+
+def test_kubernetes_has_the_gpu_nodes_ready(lab):
+    nodes = {n.metadata.name: n for n in lab.kube().list_node(label_selector="gpufleet.io/pool=%s" % POOL).items}
+    assert sorted(nodes) == ACTIVE
+    for name, node in nodes.items():
+        assert ready(node), name
+        assert node.status.capacity["nvidia.com/gpu"] == "8"
+        assert node.status.allocatable["nvidia.com/gpu"] == "8"
+        labels = node.metadata.labels
+        assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert labels["topology.kubernetes.io/zone"] == "lab-zone-a"
+        assert labels["gpufleet.io/rack"] and labels["gpufleet.io/block"]
+        assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
+    # 2 nodes per rack in the test lab: gpu-a-001/002 share a rack, 003 starts the next.
+    assert nodes["gpu-a-001"].metadata.labels["gpufleet.io/rack"] == nodes["gpu-a-002"].metadata.labels["gpufleet.io/rack"]
+    assert nodes["gpu-a-001"].metadata.labels["gpufleet.io/rack"] != nodes["gpu-a-003"].metadata.labels["gpufleet.io/rack"]
+
+
+def test_slurm_has_the_same_nodes_idle_and_spares_in_future(lab):
+    states = sinfo_states(lab)
+    assert {name: states.get(name) for name in ACTIVE} == {name: "idle" for name in ACTIVE}
+    for spare in SPARES:
+        shown = lab.slurm("scontrol", "show", "node", spare)
+        assert "State=FUTURE" in shown, shown
+    gres = lab.slurm("scontrol", "show", "node", ACTIVE[0])
+    assert re.search(r"Gres=gpu:8\b", gres), gres
+
+
+def test_each_node_has_its_simulated_gpus(lab):
+    for name in ACTIVE:
+        state_dir = lab.lab_dir / "gpus" / name
+        assert (state_dir / "node.state").is_file(), state_dir
+        assert len(list(state_dir.glob("gpu*.state"))) == 8
+
+
+def test_a_gpu_job_runs_on_a_lab_node_and_finishes(lab, tmp_path):
+    out = lab.lab_dir / "storage" / "checkpoints" / "pytest-job-%d.out" % time.time_ns()
+    job = lab.slurm("sbatch", "--parsable", "--gres=gpu:1", "--output=%s" % out,
+                    "--wrap", "echo node=$SLURMD_NODENAME gpus=$SLURM_GPUS_ON_NODE; echo done").strip()
+    fields = lab.wait_job(job.split(";")[0])
+    assert fields["JobState"] == "COMPLETED", fields
+    assert fields["NodeList"] in ACTIVE
+    text = out.read_text()
+    assert "node=%s" % fields["NodeList"] in text
+    assert "done" in text
+
+
+def test_one_click_rerun_changes_nothing(lab):
+    again = lab.playbook("one-click-slurm.yml")
+    assert again.rc == 0, again.output[-4000:]
+    assert again.changed == 0, again.output[-6000:]
+
+
+def test_lab_status_shows_every_node(lab):
+    status = lab.playbook("lab-status.yml")
+    assert status.rc == 0, status.output[-4000:]
+    for name in ACTIVE:
+        line = next((ln for ln in status.output.splitlines() if name in ln and "Ready" in ln), None)
+        assert line is not None, status.output[-4000:]
+        assert "idle" in line and "healthy" in line, line
+
+
+def test_bad_inventory_fails_before_anything_changes(lab):
+    before = lab.recorded_pids()
+    bad = lab.playbook("one-click-slurm.yml", extra={"gpufleet_node_pools": [{"name": "GPU_A", "count": 2}]})
+    assert bad.rc != 0
+    assert "name" in bad.output
+    assert bad.changed == 0
+    assert lab.recorded_pids() == before
+
+
+def test_add_node_pool_appears_in_kubernetes_and_slurm(lab):
+    added = lab.playbook("add-node-pool.yml", "-e", "pool=gpu-b", "-e", "count=2")
+    assert added.rc == 0, added.output[-6000:]
+    names = {n.metadata.name for n in lab.kube().list_node(label_selector="gpufleet.io/pool=gpu-b").items
+             if ready(n)}
+    assert names == {"gpu-b-001", "gpu-b-002"}
+    states = sinfo_states(lab)
+    assert states.get("gpu-b-001") == "idle" and states.get("gpu-b-002") == "idle"
+    # The first pool is untouched.
+    assert all(states.get(name) == "idle" for name in ACTIVE)
+    # A later one-click run keeps the added pool.
+    again = lab.playbook("one-click-slurm.yml")
+    assert again.rc == 0 and again.changed == 0, again.output[-6000:]
+
+
+def test_lab_down_leaves_no_process_and_the_lab_comes_back(lab):
+    pids = lab.recorded_pids()
+    assert pids, "the lab records its processes"
+    down = lab.playbook("lab-down.yml")
+    assert down.rc == 0, down.output[-4000:]
+    assert lab_processes(lab.lab_dir) == []
+    assert lab.recorded_pids() == {}
+    up = lab.playbook("one-click-slurm.yml")
+    assert up.rc == 0, up.output[-6000:]
+    assert sinfo_states(lab).get(ACTIVE[0]) == "idle"

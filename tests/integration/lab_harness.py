@@ -1,0 +1,165 @@
+"""Drive a lab from tests: bring it up with the real playbooks, talk to its Slurm and Kubernetes.
+
+The test lab has its own directory and ports, so it runs beside a lab a developer
+brought up with `make lab`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+# Ports of the test lab: below the ephemeral range, apart from `make lab` (1xxxx)
+# and the molecule scenarios (22xxx-27xxx).
+TEST_LAB_VARS = {
+    "kubernetes_lab_etcd_client_port": 20379,
+    "kubernetes_lab_etcd_peer_port": 20380,
+    "kubernetes_lab_apiserver_port": 20443,
+    "kubernetes_lab_controller_manager_port": 20257,
+    "kubernetes_lab_scheduler_port": 20259,
+    "kubernetes_lab_kwok_port": 20247,
+    "slurm_slurmctld_port": 20817,
+    "slurm_slurmd_port_base": 21001,
+    "gpufleet_node_pools": [{
+        "name": "gpu-a", "count": 4, "spares": 2, "gpus_per_node": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3",
+        "zone": "lab-zone-a", "nodes_per_rack": 2, "racks_per_block": 2, "cpus": 16, "memory_mb": 65536,
+    }],
+}
+
+_RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class PlaybookResult:
+    rc: int
+    output: str
+    recap: Dict[str, Dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> int:
+        return sum(host["changed"] for host in self.recap.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(host["failed"] for host in self.recap.values())
+
+
+@dataclass
+class Lab:
+    lab_dir: Path
+    extra_vars: dict
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.lab_dir / "slurm" / "slurm.conf"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.lab_dir / "kube" / "admin.kubeconfig"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.lab_dir / "run"
+
+    def env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            PATH=str(VENV_BIN) + os.pathsep + env.get("PATH", ""),
+            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+            ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_NOCOLOR="1",
+            SLURM_CONF=str(self.slurm_conf),
+            KUBECONFIG=str(self.kubeconfig),
+            LC_ALL="C",
+        )
+        return env
+
+    def playbook(self, name: str, *args: str, extra: Optional[dict] = None, timeout: int = 900) -> PlaybookResult:
+        variables = dict(self.extra_vars, gpufleet_lab_dir=str(self.lab_dir))
+        variables.update(extra or {})
+        argv = [str(VENV_BIN / "ansible-playbook"), str(REPO / "playbooks" / name), "-e", json.dumps(variables), *args]
+        done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        output = done.stdout + done.stderr
+        recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
+                                  failed=int(m.group(5))) for m in _RECAP.finditer(output)}
+        return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+
+    def slurm(self, *argv: str, check: bool = True) -> str:
+        done = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False)
+        if check and done.returncode != 0:
+            raise AssertionError("%s failed (%d): %s" % (" ".join(argv), done.returncode, done.stderr))
+        return done.stdout
+
+    def kube(self):
+        from kubernetes import client, config
+
+        return client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
+
+    def recorded_pids(self) -> Dict[str, int]:
+        pids = {}
+        for record in sorted(self.run_dir.glob("*.pid")):
+            try:
+                pids[record.stem] = int(json.loads(record.read_text())["pid"])
+            except (ValueError, KeyError, OSError):
+                continue
+        return pids
+
+    def wait_job(self, job_id: str, timeout: float = 120) -> Dict[str, str]:
+        """Poll scontrol until the job ends; return its fields."""
+        deadline = time.monotonic() + timeout
+        fields: Dict[str, str] = {}
+        while time.monotonic() < deadline:
+            text = self.slurm("scontrol", "show", "job", "--oneliner", job_id, check=False)
+            fields = dict(item.split("=", 1) for item in text.split() if "=" in item)
+            if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+                return fields
+            time.sleep(0.5)
+        raise AssertionError("job %s did not finish in %ss: %s" % (job_id, timeout, fields))
+
+
+def descendants_alive(pids: List[int]) -> List[int]:
+    """PIDs in the list that still exist (and are not zombies)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except (OSError, IndexError):
+            continue
+    return alive
+
+
+def lab_processes(lab_dir: Path) -> List[int]:
+    """Every live process whose command line, environment or working directory names the lab directory.
+
+    This is a check, not a way to stop anything: it finds what a faulty stop would
+    leave behind (a slurmstepd whose slurmd is gone, a daemon whose record was lost).
+    """
+    marker = str(lab_dir)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(Path("/proc", entry, "cwd"))
+            # slurmstepd renames itself ("slurmstepd: [3.batch]") but keeps slurmd's environment.
+            environ = Path("/proc", entry, "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline or marker in environ or cwd.startswith(marker):
+            found.append(int(entry))
+    return descendants_alive(found)
