@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from lab_harness import TEST_LAB_VARS, Lab, lab_processes
 
 

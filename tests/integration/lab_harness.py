@@ -81,7 +81,7 @@ class Lab:
             ANSIBLE_NOCOLOR="1",
             SLURM_CONF=str(self.slurm_conf),
             KUBECONFIG=str(self.kubeconfig),
-            LC_ALL="C",
+            LC_ALL="C.UTF-8",
         )
         return env
 

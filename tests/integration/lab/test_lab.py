@@ -10,7 +10,6 @@ import re
 import time
 
 import pytest
-
 from lab_harness import lab_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -42,8 +41,8 @@ def test_kubernetes_has_the_gpu_nodes_ready(lab):
         assert labels["gpufleet.io/rack"] and labels["gpufleet.io/block"]
         assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
     # 2 nodes per rack in the test lab: gpu-a-001/002 share a rack, 003 starts the next.
-    assert nodes["gpu-a-001"].metadata.labels["gpufleet.io/rack"] == nodes["gpu-a-002"].metadata.labels["gpufleet.io/rack"]
-    assert nodes["gpu-a-001"].metadata.labels["gpufleet.io/rack"] != nodes["gpu-a-003"].metadata.labels["gpufleet.io/rack"]
+    rack = {name: node.metadata.labels["gpufleet.io/rack"] for name, node in nodes.items()}
+    assert rack["gpu-a-001"] == rack["gpu-a-002"] != rack["gpu-a-003"]
 
 
 def test_slurm_has_the_same_nodes_idle_and_spares_in_future(lab):
