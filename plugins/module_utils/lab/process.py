@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -148,13 +149,22 @@ def start(spec: ProcessSpec) -> ProcessRecord:
     env = {key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}
     env.update({str(key): str(value) for key, value in spec.env.items()})
     log_path = os.path.join(spec.log_dir, spec.name + ".log")
+    # A daemon run as another user gets that user's primary group and no
+    # supplementary groups; otherwise it would keep root's GID 0.
+    identity = {}
+    if spec.user:
+        try:
+            entry = pwd.getpwnam(spec.user)
+        except KeyError:
+            raise LabProcessError("user: no such user %r" % spec.user) from None
+        identity = dict(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
     with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
         log.write(("--- %s start %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), " ".join(spec.argv))).encode())
         log.flush()
         try:
             child = subprocess.Popen(
                 spec.argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=spec.chdir,
-                start_new_session=True, close_fds=True, user=spec.user,
+                start_new_session=True, close_fds=True, **identity,
             )
         except OSError as exc:
             raise LabProcessError("%s: cannot execute %s: %s" % (spec.name, spec.argv[0], exc)) from exc

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """Find and stop the lab's leftover slurmstepd processes by PID.
@@ -191,7 +190,7 @@ def stop_step_daemons(daemons: list[StepDaemon], grace: float) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="lab_stepd", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="lab_stepd", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("action", choices=["list", "stop"])
     parser.add_argument(
         "--spool-dir",

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """train_sim: a stand-in training job that the lab's drills protect.
@@ -59,7 +58,7 @@ class TrainingState:
         """One training step: ``rounds`` chained SHA-256 hashes seeded with the step number."""
         step = self.step + 1
         digest = bytes.fromhex(self.state) + step.to_bytes(8, "big")
-        for _ in range(max(1, rounds)):
+        for _round in range(max(1, rounds)):
             digest = hashlib.sha256(digest).digest()
         return TrainingState(step=step, state=digest.hex())
 
@@ -67,7 +66,7 @@ class TrainingState:
 def expected_state(steps: int, rounds: int) -> TrainingState:
     """The state an uninterrupted run reaches after ``steps`` steps."""
     current = TrainingState(step=0, state=INITIAL_STATE)
-    for _ in range(steps):
+    for _step in range(steps):
         current = current.advance(rounds)
     return current
 
@@ -272,7 +271,7 @@ def _non_negative_float(text: str) -> float:
 
 
 def parse_args(argv: list[str]) -> RunConfig:
-    parser = argparse.ArgumentParser(prog="train_sim", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="train_sim", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--checkpoint-dir", required=True, type=Path, help="where checkpoints live (shared storage)")
     parser.add_argument("--steps", type=_positive_int, default=1000, help="total steps of the run (default 1000)")
     parser.add_argument("--checkpoint-every", type=_positive_int, default=50, help="steps between checkpoints")

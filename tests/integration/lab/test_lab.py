@@ -49,7 +49,8 @@ def test_slurm_has_the_same_nodes_idle_and_spares_in_future(lab):
     states = sinfo_states(lab)
     assert {name: states.get(name) for name in ACTIVE} == {name: "idle" for name in ACTIVE}
     for spare in SPARES:
-        shown = lab.slurm("scontrol", "show", "node", spare)
+        # FUTURE nodes are hidden unless asked for.
+        shown = lab.slurm("scontrol", "--future", "show", "node", spare)
         assert "State=FUTURE" in shown, shown
     gres = lab.slurm("scontrol", "show", "node", ACTIVE[0])
     assert re.search(r"Gres=gpu:8\b", gres), gres
@@ -63,7 +64,7 @@ def test_each_node_has_its_simulated_gpus(lab):
 
 
 def test_a_gpu_job_runs_on_a_lab_node_and_finishes(lab, tmp_path):
-    out = lab.lab_dir / "storage" / "checkpoints" / "pytest-job-%d.out" % time.time_ns()
+    out = lab.lab_dir / "storage" / "checkpoints" / ("pytest-job-%d.out" % time.time_ns())
     job = lab.slurm("sbatch", "--parsable", "--gres=gpu:1", "--output=%s" % out,
                     "--wrap", "echo node=$SLURMD_NODENAME gpus=$SLURM_GPUS_ON_NODE; echo done").strip()
     fields = lab.wait_job(job.split(";")[0])

@@ -134,7 +134,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_for_requeue(tmp_path: Path) -> Non
         if events(line, "step") and events(line, "step")[0]["step"] == "7":
             break
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=10)
+    rest, _stderr = proc.communicate(timeout=10)
     out = "".join(seen) + rest
     assert proc.returncode == train_sim.EXIT_REQUEUE == 75
     stopped = events(out, "interrupted")[0]
