@@ -30,7 +30,8 @@ def test_start_is_idempotent_and_records_the_pid(spec):
     again = process.ensure_started(spec, None, check_mode=False)
     assert first.changed and first.action == "start"
     assert not again.changed and again.pid == first.pid
-    record = json.loads(open(process.record_path(spec.run_dir, "sleeper")).read())
+    with open(process.record_path(spec.run_dir, "sleeper")) as handle:
+        record = json.load(handle)
     assert record["pid"] == first.pid and record["argv"] == SLEEPER
     # Its own session: a signal to the caller's group never reaches it.
     assert os.getsid(first.pid) == first.pid
