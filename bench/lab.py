@@ -72,9 +72,12 @@ def scale_nodes(lab: Lab, count: int) -> None:
     from kubernetes.client.exceptions import ApiException
 
     api = lab.kube()
-    pool = dict(BENCH_VARS["gpufleet_node_pools"][0], name="scale", count=count, spares=0)
+    # Node names have 3 digits, so a pool holds at most 999 nodes: split the count.
+    template = dict(BENCH_VARS["gpufleet_node_pools"][0], spares=0)
+    pools = [dict(template, name="scale%d" % n, count=min(500, count - start))
+             for n, start in enumerate(range(0, count, 500))]
     began = time.monotonic()
-    for node in expand_pools([pool]):
+    for node in expand_pools(pools):
         try:
             api.create_node(kwok_node_manifest(node_as_dict(node)))
         except ApiException as exc:
@@ -84,7 +87,7 @@ def scale_nodes(lab: Lab, count: int) -> None:
     deadline = time.monotonic() + 900
     ready = 0
     while time.monotonic() < deadline:
-        nodes = api.list_node(label_selector="gpufleet.io/pool=scale").items
+        nodes = api.list_node(label_selector="gpufleet.io/pool in (%s)" % ",".join(p["name"] for p in pools)).items
         ready = sum(1 for n in nodes
                     if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
         if ready == count:
