@@ -110,13 +110,13 @@ def main() -> None:
         shutil.rmtree(lab.lab_dir)
     print("gpufleet.resilience lab benchmark: 8 GPU nodes x 8 GPUs, binaries cached")
     try:
-        cold, _ = timed(lab, "one-click-slurm.yml")
+        cold = timed(lab, "one-click-slurm.yml")[0]
         print("cold bring-up (empty lab dir):        %6.1f s" % cold)
         rerun, result = timed(lab, "one-click-slurm.yml")
         print("idempotent rerun of one-click-slurm:  %6.1f s  changed=%d" % (rerun, result.changed))
         memory_report(lab)
-        down, _ = timed(lab, "lab-down.yml")
-        warm, _ = timed(lab, "one-click-slurm.yml")
+        down = timed(lab, "lab-down.yml")[0]
+        warm = timed(lab, "one-click-slurm.yml")[0]
         print("lab-down:                             %6.1f s" % down)
         print("warm bring-up (state kept):           %6.1f s" % warm)
         if args.nodes:

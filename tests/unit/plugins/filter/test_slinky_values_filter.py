@@ -22,7 +22,7 @@ def test_filter_returns_both_charts_and_the_keys_as_plain_dicts() -> None:
     assert result["operator"] == {"propagatedNodeConditions": ["GpuHealthy"]}
     assert result["slurm"]["nodesets"]["gpu-a"]["replicas"] == 2
     assert result["authorized_keys"] == {"alice": KEY + "\n"}
-    assert type(result) is dict
+    assert isinstance(result, dict) and not hasattr(result, "_asdict")
 
 
 def test_filter_uses_the_configmap_name_given() -> None:
