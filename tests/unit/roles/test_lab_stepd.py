@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,7 +52,16 @@ def run(*argv: str) -> dict:
 
 
 @pytest.fixture
-def step_daemon(tmp_path: Path):
+def short_tmp():
+    # A Unix socket path must fit in 108 bytes; ansible-test's tmp_path does not.
+    path = Path(tempfile.mkdtemp(prefix="stepd-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def step_daemon(short_tmp: Path):
+    tmp_path = short_tmp
     spool = tmp_path / "spool" / "gpu-a-001"
     spool.mkdir(parents=True)
     sock = spool / "gpu-a-001_7.4294967291"
