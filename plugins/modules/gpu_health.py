@@ -168,17 +168,11 @@ thresholds:
   type: dict
 """
 
-from dataclasses import asdict
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.args import with_nvml_args
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import HealthError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import (
-    build_thresholds,
-    parse_since,
-    sense_node,
-)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import judge_node
 
 
 def argspec():
@@ -191,32 +185,14 @@ def argspec():
     ))
 
 
-def run(params):
-    kernel_log = params["kernel_log"]
-    if kernel_log is not None and not isinstance(kernel_log, (str, list)):
-        raise HealthError("kernel_log: must be a list of lines or a file path, got %s" % type(kernel_log).__name__)
-    if params["wait_for_xid"] < 0:
-        raise HealthError("wait_for_xid: must be 0 or more seconds")
-    if params["wait_for_xid"] > 0 and not params["nvml"]:
-        raise HealthError("wait_for_xid: needs nvml=true (XID events come from NVML)")
-    thresholds = build_thresholds(params["thresholds"])
-    health = sense_node(
-        kernel_log=kernel_log, since=parse_since(params["since"]), wait_for_xid=params["wait_for_xid"],
-        thresholds=thresholds, use_nvml=params["nvml"], library_path=params["library_path"],
-    )
-    result = health.verdict.to_dict()
-    result.update(
-        gpus=[snapshot.to_dict() for snapshot in health.snapshots],
-        events=len(health.events),
-        thresholds=asdict(thresholds),
-    )
-    return result
-
-
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    params = module.params
     try:
-        result = run(module.params)
+        result = judge_node(
+            kernel_log=params["kernel_log"], since=params["since"], wait_for_xid=params["wait_for_xid"],
+            use_nvml=params["nvml"], thresholds=params["thresholds"], library_path=params["library_path"],
+        )
     except HealthError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)

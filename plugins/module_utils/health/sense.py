@@ -158,3 +158,30 @@ def build_thresholds(values: Optional[Dict[str, Any]]) -> Thresholds:
     except (TypeError, ValueError) as exc:
         raise HealthError("thresholds: %s" % exc) from exc
     return thresholds
+
+
+def judge_node(
+    kernel_log: Any = None,
+    since: Optional[str] = None,
+    wait_for_xid: float = 0,
+    use_nvml: bool = True,
+    thresholds: Optional[Dict[str, Any]] = None,
+    library_path: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The gpu_health module's work: check the inputs, sense the node, return the verdict as a dict."""
+    if kernel_log is not None and not isinstance(kernel_log, (str, list)):
+        raise HealthError("kernel_log: must be a list of lines or a file path, got %s" % type(kernel_log).__name__)
+    if wait_for_xid < 0:
+        raise HealthError("wait_for_xid: must be 0 or more seconds")
+    if wait_for_xid > 0 and not use_nvml:
+        raise HealthError("wait_for_xid: needs nvml=true (XID events come from NVML)")
+    limits = build_thresholds(thresholds)
+    health = sense_node(kernel_log=kernel_log, since=parse_since(since), wait_for_xid=wait_for_xid,
+                        thresholds=limits, use_nvml=use_nvml, library_path=library_path)
+    result = health.verdict.to_dict()
+    result.update(
+        gpus=[snapshot.to_dict() for snapshot in health.snapshots],
+        events=len(health.events),
+        thresholds=asdict(limits),
+    )
+    return result
