@@ -95,7 +95,7 @@ _value:
       sample: {alice: "ssh-ed25519 AAAAC3Nza... alice@lab\n"}
 """
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict
 
 from ansible.errors import AnsibleFilterError
 
@@ -105,16 +105,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slinky.values 
 )
 
 
-def slinky_values_filter(
-    pools: Any,
-    login_users: Any,
-    storage: Any,
-    options: Any = None,
-    keys_configmap: str = "slurm-login-authorized-keys",
-    variables: Optional[Mapping[str, str]] = None,
-) -> Dict[str, Any]:
+def slinky_values_filter(pools: Any, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+    # The arguments are slinky_values's own (login_users, storage, options, keys_configmap, variables).
     try:
-        values = slinky_values(pools, login_users, storage, options, keys_configmap, variables)
+        values = slinky_values(pools, *args, **kwargs)
     except SlinkyValuesError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return {"operator": values.operator, "slurm": values.slurm, "authorized_keys": values.authorized_keys}

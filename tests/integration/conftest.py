@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from lab_harness import TEST_LAB_VARS, Lab, lab_processes
+from lab_harness import REPO, TEST_LAB_VARS, Lab, lab_processes
+
+CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_lib() -> Path:
+    """Build the fake libnvidia-ml.so.1 (a no-op when up to date); a build failure fails the tests."""
+    subprocess.run(["make", "--no-print-directory", "-s", "-C", str(REPO / "tools" / "fake-nvml"),
+                    f"GPUFLEET_CACHE_DIR={CACHE_DIR}"], check=True)
+    lib = CACHE_DIR / "fake-nvml" / "libnvidia-ml.so.1"
+    assert lib.is_file()
+    return lib
 
 
 @pytest.fixture(scope="session")

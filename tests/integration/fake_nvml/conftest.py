@@ -5,36 +5,12 @@
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
-
-REPO = Path(__file__).resolve().parents[3]
-CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
-
-
-@pytest.fixture(scope="session")
-def fake_nvml_lib() -> Path:
-    """Build the library; a build failure fails the tests (no skip)."""
-    subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "-s",
-            "-C",
-            str(REPO / "tools" / "fake-nvml"),
-            f"GPUFLEET_CACHE_DIR={CACHE_DIR}",
-        ],
-        check=True,
-    )
-    lib = CACHE_DIR / "fake-nvml" / "libnvidia-ml.so.1"
-    assert lib.is_file()
-    return lib
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,23 +10,12 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
+from lab_harness import REPO
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 
-REPO = Path(__file__).resolve().parents[3]
 # ansible-runner looks ansible-playbook up on PATH: use the one beside this Python.
 os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
-
-
-@pytest.fixture(scope="session")
-def fake_nvml_lib() -> Path:
-    """Build the fake libnvidia-ml.so.1 (a no-op when it is up to date)."""
-    subprocess.run(["make", "--no-print-directory", "-s", "-C", str(REPO / "tools" / "fake-nvml"),
-                    f"GPUFLEET_CACHE_DIR={CACHE_DIR}"], check=True)
-    lib = CACHE_DIR / "fake-nvml" / "libnvidia-ml.so.1"
-    assert lib.is_file()
-    return lib
 
 
 @pytest.fixture
