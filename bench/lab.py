@@ -27,11 +27,12 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from lab_harness import TEST_LAB_VARS, Lab, lab_processes
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.node_layout import (
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import (
     expand_pools,
-    kwok_node_manifest,
     node_as_dict,
+    parse_pools,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.node_layout import kwok_node_manifest
 
 BENCH_VARS = dict(TEST_LAB_VARS)
 BENCH_VARS.update({
@@ -77,7 +78,7 @@ def scale_nodes(lab: Lab, count: int) -> None:
     pools = [dict(template, name="scale%d" % n, count=min(500, count - start))
              for n, start in enumerate(range(0, count, 500))]
     began = time.monotonic()
-    for node in expand_pools(pools):
+    for node in expand_pools(parse_pools(pools)):
         try:
             api.create_node(kwok_node_manifest(node_as_dict(node)))
         except ApiException as exc:

@@ -13,7 +13,8 @@ description:
     then the spares of each pool.
   - Node C(<pool>-NNN) sits in rack C(<pool>-rack-<r>), C(r = (NNN - 1) // nodes_per_rack + 1), and
     in block C(<pool>-block-<b>), C(b = (r - 1) // racks_per_block + 1).
-  - Fails with the bad field named (for example C(gpufleet_node_pools[1].count must be >= 0)).
+  - Validates the pools with the collection's one pool model (see P(gpufleet.resilience.node_pools#filter))
+    and fails with the bad field named (for example C(gpufleet_node_pools[1].count: must be >= 1, got 0)).
 author: gpufleet.resilience contributors (@gpufleet)
 options:
   _input:
@@ -53,23 +54,27 @@ _value:
     cpus: {description: CPUs of the node., type: int, sample: 16}
     memory_mb: {description: Memory of the node in MiB., type: int, sample: 65536}
     spare: {description: Whether the node is spare capacity (a Slurm FUTURE node)., type: bool, sample: false}
+    labels: {description: The pool's own node labels., type: dict, sample: {}}
+    taints: {description: "The pool's own node taints, each C({key, value, effect})."
+             , type: list, elements: dict, sample: []}
 """
 
 from typing import Any, Callable, Dict, List
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.node_layout import (
-    NodeLayoutError,
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import (
     expand_pools,
     node_as_dict,
+    parse_pools,
 )
 
 
 def node_pool_layout(pools: Any, variable: str = "gpufleet_node_pools") -> List[Dict[str, Any]]:
     try:
-        return [node_as_dict(node) for node in expand_pools(pools, variable)]
-    except NodeLayoutError as exc:
+        return [node_as_dict(node) for node in expand_pools(parse_pools(pools, variable))]
+    except FieldError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
 

@@ -34,6 +34,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+
 ACTIONS = (
     "IGNORE",
     "RESTART_APP",
@@ -95,15 +97,15 @@ THROTTLE_HW_POWER_BRAKE = 0x80
 DEFAULT_THROTTLE_FAULT_MASK = THROTTLE_HW_SLOWDOWN | THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL | THROTTLE_HW_POWER_BRAKE
 
 
-class HealthError(Exception):
+class HealthError(GpufleetError):
     """Base of the health package's errors; modules turn it into fail_json."""
 
 
-class ThresholdError(HealthError, ValueError):
-    """A threshold has a bad value; ``field`` names it."""
+class ThresholdError(HealthError, FieldError):
+    """A threshold has a bad value; ``field`` names it (without the ``thresholds.`` prefix)."""
 
     def __init__(self, field_name: str, message: str) -> None:
-        super().__init__("thresholds.%s: %s" % (field_name, message))
+        FieldError.__init__(self, "thresholds." + field_name, message)
         self.field = field_name
 
 

@@ -28,6 +28,9 @@ from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Iterator, List, Optional
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError as _FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+
 MAX_GPUS = 32  # FAKE_NVML_MAX_GPUS in fake_nvml.c
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS
 _U32 = 2**32 - 1
@@ -39,16 +42,17 @@ _PCI_DEVICE_IDS = {"A100": 0x20B2, "H100": 0x2330, "H200": 0x2335}
 _EVENT_NAME = re.compile(r"^(?P<stamp>\d{20})-[0-9a-f]{8}-gpu(?P<gpu>\d+)-xid(?P<xid>\d+)\.event$")
 
 
-class FakeGpuStateError(Exception):
+class FakeGpuStateError(GpufleetError):
     """The state directory or a request about it is not valid."""
 
 
-class FieldError(FakeGpuStateError):
+class FieldError(FakeGpuStateError, _FieldError):
     """A field name or value that the state format does not accept."""
 
     def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"field {name!r}: {message}")
-        self.field = name
+        _FieldError.__init__(self, name, message)
+        # Keep the state format's own wording: "field 'temperature_c': ...".
+        self.args = (f"field {name!r}: {message}",)
 
 
 @dataclass(frozen=True)

@@ -36,3 +36,20 @@ def test_table_has_a_header_and_a_line_per_node():
     assert lines[1].split()[:4] == ["gpu-a-001", "Ready", "no", "idle"]
     assert lines[2].split()[:4] == ["gpu-a-002", "Ready", "yes", "drained"]
     assert lines[2].endswith("XID 79 fenced")
+
+
+def test_takes_the_nodes_of_slurm_node_info():
+    """slurm_node_info's nodes give the same rows as the sinfo lines did."""
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmNode
+
+    module_nodes = [node.as_dict() for node in (
+        SlurmNode("gpu-a-001", "IDLE", gres="gpu:8"),
+        SlurmNode("gpu-a-002", "IDLE", ("DRAIN",), reason="XID 79 fenced", gres="gpu:8"),
+        SlurmNode("gpu-a-003", "DOWN", ("NOT_RESPONDING",), reason="Not responding", gres="gpu:8"))]
+    sinfo_lines = ["gpu-a-001|idle|gpu:8|none", "gpu-a-002|drained|gpu:8|XID 79 fenced",
+                   "gpu-a-003|down*|gpu:8|Not responding"]
+    k8s = [node("gpu-a-001"), node("gpu-a-002", cordoned=True), node("gpu-a-003", ready=False)]
+    from_module = fleet_status(k8s, module_nodes)
+    assert from_module == fleet_status(k8s, sinfo_lines)
+    assert fleet_table(from_module) == fleet_table(fleet_status(k8s, sinfo_lines))
+    assert [row["slurm_state"] for row in from_module] == ["idle", "drained", "down*"]

@@ -1,0 +1,47 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""A Kubernetes API client from a kubeconfig, for modules and agent processes alike."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+except ImportError:  # pragma: no cover - reported by kube_client() with a clear message
+    k8s_client = None
+    k8s_config = None
+    ApiException = Exception  # type: ignore[assignment,misc]
+
+
+class KubeError(GpufleetError):
+    """A Kubernetes API call failed; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:
+    """A CoreV1Api for the kubeconfig (or the in-cluster service account when none is given)."""
+    if k8s_client is None:
+        raise KubeError("the Python 'kubernetes' package is required (pip install kubernetes)")
+    try:
+        if kubeconfig:
+            api = k8s_config.new_client_from_config(config_file=kubeconfig, context=context or None)
+        else:
+            k8s_config.load_incluster_config()
+            api = k8s_client.ApiClient()
+    except Exception as exc:  # the kubernetes package raises several unrelated types here
+        raise KubeError("cannot load the kubeconfig %s: %s" % (kubeconfig or "(in-cluster)", exc)) from exc
+    return k8s_client.CoreV1Api(api)
+
+
+def api_error(exc: Exception, what: str) -> KubeError:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or str(exc)
+    return KubeError("%s: %s%s" % (what, reason, " (HTTP %s)" % status if status else ""), status)
