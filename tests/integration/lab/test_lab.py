@@ -94,9 +94,25 @@ def test_bad_inventory_fails_before_anything_changes(lab):
     before = lab.recorded_pids()
     bad = lab.playbook("one-click-slurm.yml", extra={"gpufleet_node_pools": [{"name": "GPU_A", "count": 2}]})
     assert bad.rc != 0
-    assert "name" in bad.output
+    # The pool model names the field; the validation play fails before any role starts.
+    assert "gpufleet_node_pools[0].name: must be lowercase letters" in bad.output, bad.output[-3000:]
+    assert "Check every role's settings before anything changes" in bad.output
+    assert "One-click Slurm on Kubernetes" not in bad.output
     assert bad.changed == 0
     assert lab.recorded_pids() == before
+
+
+def test_add_node_pool_refuses_a_name_slurm_or_slinky_could_not_take_before_any_change(lab):
+    before = {n.metadata.name for n in lab.kube().list_node().items}
+    pids = lab.recorded_pids()
+    name = "p" * 41  # a DNS label, but too long for NodeSet pod names: once it passed node_pool and broke slurm
+    bad = lab.playbook("add-node-pool.yml", "-e", "pool=%s" % name, "-e", "count=1")
+    assert bad.rc != 0
+    assert "new_pool[0].name: must be lowercase letters" in bad.output and "at most 40 characters" in bad.output
+    assert bad.changed == 0
+    assert {n.metadata.name for n in lab.kube().list_node().items} == before
+    assert lab.recorded_pids() == pids
+    assert not (lab.lab_dir / "node-pools" / ("%s.json" % name)).exists()
 
 
 def test_add_node_pool_appears_in_kubernetes_and_slurm(lab):

@@ -1,0 +1,179 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""one-click-slurm.yml on an existing cluster with Slinky from the real charts.
+
+The lab's kube-apiserver stands in for an existing cluster. The test adds nodes that look like
+two cloud node groups (kwok runs them), then runs playbooks/one-click-slurm.yml with an
+inventory like inventories/example: backend existing, slurm_backend slinky, the vendored
+Slinky 1.2.1 charts as a local chart source, two pools with selectors. Everything is the real
+program: helm, the charts, the API server validating the CRD objects. kwok has no container
+runtime, so what the operator would do with those objects is not tested (docs/real-cluster.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from lab_harness import _RECAP, REPO, VENV_BIN, PlaybookResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+CHARTS = REPO.parent / "shared" / "vendor" / "slinky" / "v1.2.1" / "helm"
+GROUPS = {"site-h100-1": "h100-a", "site-h100-2": "h100-a", "site-h200-1": "h200-b"}
+POOLS = [
+    {"name": "site-h100", "count": 2, "gpus_per_node": 8,
+     "selector": {"eks.amazonaws.com/nodegroup": "h100-a"},
+     "labels": {"gpufleet.io/tier": "training"},
+     "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+    {"name": "site-h200", "count": 1, "gpus_per_node": 4, "gpu_product": "NVIDIA-H200",
+     "selector": {"eks.amazonaws.com/nodegroup": "h200-b"}},
+]
+NAMESPACES = ("site-slurm", "site-slinky")
+
+
+@pytest.fixture(scope="module")
+def site(lab, tmp_path_factory):
+    """An 'existing cluster': the lab API server with two node groups and a StorageClass.
+
+    Returns the inventory directory. Everything the test adds is removed afterwards, so the
+    other lab tests see the lab as it was.
+    """
+    if not CHARTS.is_dir():
+        pytest.skip("the vendored Slinky charts are not at %s (shared/vendor/slinky)" % CHARTS)
+    api = lab.kube()
+    api_client = api.api_client
+    for name, group in GROUPS.items():
+        api.create_node({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"eks.amazonaws.com/nodegroup": group, "type": "kwok",
+                                    "kubernetes.io/os": "linux"}},
+            "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                       "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}},
+        })
+    storage = client.StorageV1Api(api_client)
+    storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                  "metadata": {"name": "standard"}, "provisioner": "kubernetes.io/no-provisioner"})
+
+    inventory = tmp_path_factory.mktemp("site-inventory")
+    shutil.copy(REPO / "inventories" / "example" / "hosts.yml", inventory / "hosts.yml")
+    site_vars = yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / "all" / "site.yml").read_text())
+    site_vars.update(
+        kubernetes_kubeconfig=str(lab.kubeconfig),
+        gpufleet_node_pools=POOLS,
+        slurm_slinky_chart_source="local",
+        slurm_slinky_chart_dir=str(CHARTS),
+        storage_namespace=NAMESPACES[0],
+        slurm_slinky_operator_namespace=NAMESPACES[1],
+        # kwok runs no pods for real: nothing would ever become ready to wait for.
+        slurm_slinky_wait=False,
+    )
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "group_vars" / "all" / "site.yml").write_text(yaml.safe_dump(site_vars))
+    yield inventory
+
+    core = lab.kube()
+    for name in GROUPS:
+        _ignore_missing(core.delete_node, name)
+    _ignore_missing(client.StorageV1Api(core.api_client).delete_storage_class, "standard")
+    for namespace in NAMESPACES:
+        _ignore_missing(core.delete_namespace, namespace)
+
+
+def _ignore_missing(call, *args):
+    try:
+        call(*args)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def one_click(lab, inventory: Path, *args: str) -> PlaybookResult:
+    """ansible-playbook as a site runs it: its inventory, no lab extra vars."""
+    argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "one-click-slurm.yml"),
+            *args]
+    env = lab.env()
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    output = done.stdout + done.stderr
+    recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
+                              failed=int(m.group(5))) for m in _RECAP.finditer(output)}
+    return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+
+
+def helm_releases(lab) -> dict:
+    """Helm's own release records (Secrets of type helm.sh/release.v1), name -> status."""
+    secrets = lab.kube().list_secret_for_all_namespaces(field_selector="type=helm.sh/release.v1")
+    releases = {}
+    for secret in secrets.items:
+        labels = secret.metadata.labels or {}
+        releases[(secret.metadata.namespace, labels.get("name"))] = labels.get("status")
+    return releases
+
+
+def test_a_bad_pool_fails_before_anything_is_created(lab, site):
+    bad_vars = yaml.safe_load((site / "group_vars" / "all" / "site.yml").read_text())
+    bad_vars["gpufleet_node_pools"] = [*POOLS, {"name": "ghost", "count": 1}]
+    failed = one_click(lab, site, "-e", json.dumps({"gpufleet_node_pools": bad_vars["gpufleet_node_pools"]}))
+    assert failed.rc != 0
+    assert "gpufleet_node_pools[2].selector: is required on a real cluster" in failed.output, failed.output[-4000:]
+    assert failed.changed == 0
+    api = lab.kube()
+    assert NAMESPACES[0] not in {ns.metadata.name for ns in api.list_namespace().items}
+    assert "gpufleet.io/pool" not in (api.read_node("site-h100-1").metadata.labels or {})
+
+
+def test_one_click_installs_slinky_on_an_existing_cluster_and_reruns_unchanged(lab, site):
+    first = one_click(lab, site)
+    assert first.rc == 0, first.output[-8000:]
+    assert first.changed > 0
+
+    api = lab.kube()
+    # The pools' nodes carry their pool, labels and taints; nothing else was relabelled.
+    for name, pool in (("site-h100-1", "site-h100"), ("site-h100-2", "site-h100"), ("site-h200-1", "site-h200")):
+        node = api.read_node(name)
+        assert node.metadata.labels["gpufleet.io/pool"] == pool
+    assert api.read_node("site-h100-1").metadata.labels["gpufleet.io/tier"] == "training"
+    assert [(t.key, t.value, t.effect) for t in api.read_node("site-h100-2").spec.taints] == [
+        ("nvidia.com/gpu", "present", "NoSchedule")]
+    assert not api.read_node("site-h200-1").spec.taints
+    lab_pools = {n.metadata.labels.get("gpufleet.io/pool") for n in api.list_node().items
+                 if n.metadata.name.startswith("gpu-a-")}
+    assert lab_pools == {"gpu-a"}
+
+    # The three Slinky releases are deployed.
+    releases = helm_releases(lab)
+    for key in ((NAMESPACES[1], "slurm-operator-crds"), (NAMESPACES[1], "slurm-operator"), (NAMESPACES[0], "slurm")):
+        assert releases.get(key) == "deployed", releases
+
+    # The CRDs are established, and the API server accepted the rendered objects.
+    extensions = client.ApiextensionsV1Api(api.api_client)
+    for plural in ("controllers", "nodesets", "loginsets", "restapis"):
+        crd = extensions.read_custom_resource_definition("%s.slinky.slurm.net" % plural)
+        established = [c for c in crd.status.conditions if c.type == "Established"]
+        assert established and established[0].status == "True", plural
+    custom = client.CustomObjectsApi(api.api_client)
+
+    def objects(plural: str) -> dict:
+        listed = custom.list_namespaced_custom_object("slinky.slurm.net", "v1beta1", NAMESPACES[0], plural)
+        return {item["metadata"]["name"]: item for item in listed["items"]}
+
+    assert len(objects("controllers")) == 1
+    assert len(objects("loginsets")) == 1
+    assert len(objects("restapis")) == 1
+    nodesets = objects("nodesets")
+    by_pool = {ns["spec"]["template"]["spec"]["nodeSelector"].get("gpufleet.io/pool"): ns for ns in nodesets.values()
+               if "template" in ns["spec"]}
+    assert set(by_pool) == {"site-h100", "site-h200"}, sorted(nodesets)
+    assert by_pool["site-h100"]["spec"]["replicas"] == 2
+    assert by_pool["site-h200"]["spec"]["replicas"] == 1
+
+    again = one_click(lab, site)
+    assert again.rc == 0, again.output[-6000:]
+    assert again.changed == 0, again.output[-8000:]
