@@ -13,8 +13,8 @@ description:
     then the spares of each pool.
   - Node C(<pool>-NNN) sits in rack C(<pool>-rack-<r>), C(r = (NNN - 1) // nodes_per_rack + 1), and
     in block C(<pool>-block-<b>), C(b = (r - 1) // racks_per_block + 1).
-  - Validates the pools with the collection's one pool model (see P(gpufleet.resilience.node_pools#filter))
-    and fails with the bad field named (for example C(gpufleet_node_pools[1].count: must be >= 1, got 0)).
+  - "Validates the pools with the collection's one pool model (see P(gpufleet.resilience.node_pools#filter))
+    and fails with the bad field named (for example C(gpufleet_node_pools[1].count: must be >= 1, got 0))."
 author: gpufleet.resilience contributors (@gpufleet)
 options:
   _input:

@@ -9,13 +9,13 @@ name: node_pools
 short_description: Validate GPU node pools and fill in their defaults
 version_added: 0.2.0
 description:
-  - The one check of the inventory's C(gpufleet_node_pools), shared by every role and playbook:
+  - "The one check of the inventory's C(gpufleet_node_pools), shared by every role and playbook:
     the lab, the C(node_pool) role's backends, the Slurm lab and the Slinky chart values all read
-    pools through it, so a pool that passes here passes everywhere.
+    pools through it, so a pool that passes here passes everywhere."
   - "Returns each pool with every default filled in: C(name), C(count), C(spares),
     C(gpus_per_node), C(gpu_product), C(zone), C(nodes_per_rack), C(racks_per_block), C(cpus),
     C(memory_mb), C(selector), C(labels), C(taints) and C(tolerations)."
-  - Fails with the bad field named, for example C(gpufleet_node_pools[1].name: must be lowercase ...).
+  - "Fails with the bad field named, for example C(gpufleet_node_pools[1].name: must be lowercase ...)."
   - "Limits: C(name) a DNS label of at most 40 characters (it becomes node, pod and Slurm node
     names); C(count) 1-999 and C(count + spares) at most 999; C(gpus_per_node) 1-64; C(selector)
     and C(labels) Kubernetes label keys and values; C(taints) with effect V(NoSchedule),

@@ -176,7 +176,7 @@ def check_label_key(key: Any, where: str) -> str:
     """A Kubernetes label or taint key: ``[prefix/]name``, prefix a DNS subdomain."""
     if not isinstance(key, str) or not key:
         raise FieldError(where, "must be a label key, got %r" % (key,))
-    prefix, _, name = key.rpartition("/")
+    prefix, _slash, name = key.rpartition("/")
     if (prefix and not _DNS_SUBDOMAIN.match(prefix)) or not _LABEL_NAME.match(name):
         raise FieldError(where, "%r is not a valid Kubernetes label key ([prefix/]name, name <= 63 characters)" % key)
     return key

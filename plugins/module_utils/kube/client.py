@@ -17,6 +17,9 @@ except ImportError:  # pragma: no cover - reported by kube_client() with a clear
     k8s_config = None
     ApiException = Exception  # type: ignore[assignment,misc]
 
+# ApiException is re-exported for the callers that catch it.
+__all__ = ["ApiException", "KubeError", "api_error", "core_v1"]
+
 
 class KubeError(GpufleetError):
     """A Kubernetes API call failed; ``status`` is the HTTP status when there was one."""
