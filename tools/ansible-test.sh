@@ -43,6 +43,8 @@ mkdir -p "$dest"
 (cd "$dest" && git init -q && git add -A && git -c user.name=ci -c user.email=ci@localhost commit -qm copy)
 cd "$dest"
 export PATH=$venv/bin:$PATH
+# The copy has no ../shared beside it: point the parser tests at the captured Slurm output.
+export GPUFLEET_SLURM_CAPTURES="$repo/../shared/data/slurm-captures"
 # No exec: the EXIT trap must still remove the copy.
 case "$command" in
   sanity) ansible-test sanity --venv --python 3.11 --color no "$@" ;;

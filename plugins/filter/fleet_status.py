@@ -9,8 +9,9 @@ name: fleet_status
 short_description: Join Kubernetes nodes and Slurm node states into one row per GPU node
 version_added: 0.1.0
 description:
-  - Takes the C(resources) of M(kubernetes.core.k8s_info) for Nodes and the lines of
-    C(sinfo --Node --noheader --format=%N|%T|%G|%E), and returns one row per node, sorted by name.
+  - Takes the C(resources) of M(kubernetes.core.k8s_info) for Nodes and the
+    RV(gpufleet.resilience.slurm_node_info#module:nodes) list, and returns one row per node, sorted by name.
+  - Instead of the module's nodes, the lines of C(sinfo --Node --noheader --format=%N|%T|%G|%E) work too.
   - Nodes known to only one of the two systems are listed too (C(k8s=absent) or C(slurm_state=null)).
 author: gpufleet.resilience contributors (@gpufleet)
 options:
@@ -19,10 +20,12 @@ options:
     type: list
     elements: dict
     required: true
-  sinfo_lines:
-    description: Output lines of C(sinfo --Node --noheader --format=%N|%T|%G|%E).
+  slurm_nodes:
+    description:
+      - The RV(gpufleet.resilience.slurm_node_info#module:nodes) list, or output lines of
+        C(sinfo --Node --noheader --format=%N|%T|%G|%E).
     type: list
-    elements: str
+    elements: raw
     required: true
   gpu_health:
     description: Node name to a M(gpufleet.resilience.gpu_health) result, to add the GPU verdict.
@@ -30,9 +33,14 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Read the Slurm nodes
+  gpufleet.resilience.slurm_node_info:
+    slurm_conf: /var/tmp/gpufleet-lab/slurm/slurm.conf
+  register: slurm
+
 - name: Show the lab
   ansible.builtin.debug:
-    msg: "{{ nodes.resources | gpufleet.resilience.fleet_status(sinfo.stdout_lines) }}"
+    msg: "{{ nodes.resources | gpufleet.resilience.fleet_status(slurm.nodes) }}"
 """
 
 RETURN = r"""
@@ -63,7 +71,8 @@ _value:
       description: Allocatable C(nvidia.com/gpu).
       type: int
     slurm_state:
-      description: Slurm's long state, lower case, with its flags (V(idle), V(down*), V(drained)).
+      description:
+        - Slurm's long state as C(sinfo %T) spells it, lower case, with its flags (V(idle), V(down*), V(drained)).
       type: str
     slurm_reason:
       description: Slurm's reason, if any.

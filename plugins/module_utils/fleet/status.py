@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.sinfo import parse_sinfo_nodes
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sinfo import parse_sinfo_nodes
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
@@ -21,10 +21,26 @@ def _gpus(node: Mapping[str, Any]) -> Any:
     return int(value) if value is not None and str(value).isdigit() else value
 
 
-def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], sinfo_lines: Iterable[str],
+def _slurm_states(slurm_nodes: Iterable[Any]) -> Dict[str, Dict[str, Any]]:
+    """Name -> state, reason, GPUs from slurm_node_info's ``nodes`` or from sinfo lines."""
+    slurm_nodes = list(slurm_nodes)
+    if all(isinstance(node, Mapping) for node in slurm_nodes):
+        # long_state is sinfo's %T spelling (idle, drained, down*): the rows read the same
+        # whichever source they came from.
+        return {node["name"]: dict(state=node.get("long_state"), reason=node.get("reason"), gpus=node.get("gpus"))
+                for node in slurm_nodes}
+    return {name: dict(state=state.state, reason=state.reason, gpus=state.gpus)
+            for name, state in parse_sinfo_nodes(str(line) for line in slurm_nodes).items()}
+
+
+def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], slurm_nodes: Iterable[Any],
                  gpu_health: Optional[Mapping[str, Mapping[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """Rows sorted by node name; ``gpu_health`` maps a node to a gpu_health result."""
-    slurm = parse_sinfo_nodes(sinfo_lines)
+    """Rows sorted by node name; ``gpu_health`` maps a node to a gpu_health result.
+
+    ``slurm_nodes`` is the ``nodes`` list of slurm_node_info, or (as before it existed) lines of
+    ``sinfo --Node --noheader --format=%N|%T|%G|%E``.
+    """
+    slurm = _slurm_states(slurm_nodes)
     rows: Dict[str, Dict[str, Any]] = {}
     for node in k8s_nodes:
         meta = node.get("metadata", {})
@@ -38,7 +54,7 @@ def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], sinfo_lines: Iterable[s
     for name, state in slurm.items():
         row = rows.setdefault(name, dict(name=name, pool=None, rack=None, k8s="absent", k8s_ready=False,
                                          cordoned=False, gpus=None))
-        row.update(slurm_state=state.state, slurm_reason=state.reason, slurm_gpus=state.gpus)
+        row.update(slurm_state=state["state"], slurm_reason=state["reason"], slurm_gpus=state["gpus"])
     for name, health in (gpu_health or {}).items():
         if name in rows:
             rows[name].update(health=health.get("verdict"), health_reason=health.get("reason"),

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.sinfo import parse_gpu_count, parse_sinfo_nodes
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sinfo import (
+    parse_gpu_count,
+    parse_sinfo_nodes,
+)
 
 # `sinfo --Node --noheader --format=%N|%T|%G|%E` from the lab's Slurm 22.05, one node per
 # partition line, with a DOWN node whose reason holds a '|'.

@@ -1,0 +1,181 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Typed Slurm calls over the runner: what the modules, the remediation loop and the agent use.
+
+Reads pick the best source the version has:
+
+- nodes: ``scontrol --json show node`` (23.02+); else ``sinfo --json`` (21.08+); else, and for
+  FUTURE nodes on 22.05 (whose sinfo has no ``--future``), ``scontrol --future --oneliner show
+  node``. It always asks for every node and filters here: 22.05 refuses ``scontrol show node A B``.
+- jobs: ``squeue --all --json``, else a fixed ``--format``; filtered here, because 22.05's
+  ``--json`` ignores squeue's filter options.
+
+Writes (``set_node_state``, ``signal_jobs``, ``requeue``, ``cancel``) check their input before
+anything runs: a job id such as ``--me`` would make scancel cancel every job of the user, and a
+node name is one node, never a host list, so a remediation acts on exactly what it meant. In
+check mode they run nothing and return the argv they would have run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Sequence
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
+    SlurmCommandError,
+    SlurmTimeoutError,
+    SlurmUnknownNodeError,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmJob, SlurmNode, SlurmVersion
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_scontrol import (
+    parse_nodes_json,
+    parse_nodes_text,
+    parse_ping,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sinfo import parse_sinfo_json
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_squeue import (
+    SQUEUE_FORMAT,
+    filter_jobs,
+    jobs_by_node,
+    parse_jobs_json,
+    parse_squeue_text,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import (
+    DEFAULT_TIMEOUT,
+    CommandResult,
+    RunFunction,
+    SlurmRunner,
+)
+
+NODE_STATES = ("DOWN", "DRAIN", "RESUME", "FUTURE", "UNDRAIN")
+# Slurm records who set a reason and when; these states take one, and require it.
+STATES_WITH_REASON = ("DOWN", "DRAIN")
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+_SIGNAL = re.compile(r"^(SIG)?[A-Z][A-Z0-9+]*$|^[0-9]{1,2}$")
+# A reason is printed on one line; a newline would cut it in `scontrol show node` text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class SlurmClient:
+    def __init__(self, runner: SlurmRunner) -> None:
+        self.runner = runner
+
+    @property
+    def check_mode(self) -> bool:
+        return self.runner.check_mode
+
+    def version(self) -> SlurmVersion:
+        return self.runner.version()
+
+    def ping(self) -> List[Dict[str, str]]:
+        """Each controller and its state (UP or DOWN); rc 1 with a DOWN controller is an answer too."""
+        try:
+            out = self.runner.run("scontrol", "action", action=["ping"]).stdout
+        except SlurmTimeoutError:
+            raise
+        except SlurmCommandError as exc:
+            # scontrol ping exits 1 when a controller is DOWN and still prints every state.
+            controllers = parse_ping(exc.stdout)
+            if not controllers:
+                raise
+            return controllers
+        return parse_ping(out)
+
+    def nodes(self, names: Optional[Sequence[str]] = None, future: bool = False,
+              with_jobs: bool = True) -> Dict[str, SlurmNode]:
+        """Name -> SlurmNode, in Slurm's order; ``names`` must all exist (SlurmUnknownNodeError)."""
+        runner = self.runner
+        if runner.has_json("scontrol"):
+            result = runner.run("scontrol", "future json action", future=future, json=True, action=["show", "node"])
+            found = parse_nodes_json(result.stdout)
+        elif future or not runner.has_json("sinfo"):
+            result = runner.run("scontrol", "future oneliner action", future=future, oneliner=True,
+                                action=["show", "node"])
+            found = parse_nodes_text(result.stdout)
+        else:
+            result = runner.run("sinfo", "json", json=True)
+            found = parse_sinfo_json(result.stdout)
+        if names is not None:
+            missing = [name for name in names if name not in found]
+            if missing:
+                hint = "" if future else " (FUTURE nodes are listed only with future)"
+                raise SlurmUnknownNodeError(result.argv, missing, rc=result.rc, hint=hint)
+            wanted = set(names)
+            found = {name: node for name, node in found.items() if name in wanted}
+        if with_jobs:
+            on_node = jobs_by_node(self.jobs())
+            found = {name: node.with_jobs(on_node.get(name, ())) for name, node in found.items()}
+        return found
+
+    def jobs(self, nodes: Optional[Sequence[str]] = None, states: Optional[Sequence[str]] = None) -> List[SlurmJob]:
+        """Jobs on any of ``nodes`` (default: all) in any of ``states`` (default: not finished)."""
+        if self.runner.has_json("squeue"):
+            jobs = parse_jobs_json(self.runner.run("squeue", "all json", all=True, json=True).stdout)
+        else:
+            out = self.runner.run("squeue", "all noheader states format", all=True, noheader=True,
+                                  states="all", format=SQUEUE_FORMAT).stdout
+            jobs = parse_squeue_text(out)
+        return filter_jobs(jobs, nodes=nodes, states=states)
+
+    def set_node_state(self, node: str, state: str, reason: Optional[str] = None) -> CommandResult:
+        """``scontrol update NodeName=<node> State=<state> [Reason=<reason>]``."""
+        _check_node(node)
+        state = str(state).upper()
+        if state not in NODE_STATES:
+            raise FieldError("state", "must be one of %s, not %r" % (", ".join(NODE_STATES), state))
+        if state in STATES_WITH_REASON:
+            if not reason or not reason.strip():
+                raise FieldError("reason", "is required to set a node %s" % state)
+            if _CONTROL.search(reason):
+                raise FieldError("reason", "must be one line without control characters")
+        elif reason is not None:
+            raise FieldError("reason", "only %s take a reason, not %s" % (" and ".join(STATES_WITH_REASON), state))
+        return self.runner.run("scontrol", "action node_name state reason", mutating=True, nodes=[node],
+                               action=["update"], node_name=node, state=state, reason=reason)
+
+    def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
+        """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled."""
+        ids = _check_job_ids(job_ids)
+        signal = str(signal).upper()
+        if not _SIGNAL.match(signal):
+            raise FieldError("signal", "must be a signal name or number, not %r" % signal)
+        return self.runner.run("scancel", "signal full job_ids", mutating=True, signal=signal, full=full,
+                               job_ids=ids)
+
+    def requeue(self, job_ids: Sequence[Any]) -> CommandResult:
+        """``scontrol requeue <id,id>``: the jobs go back to PENDING and restart elsewhere."""
+        return self.runner.run("scontrol", "action job_list", mutating=True, action=["requeue"],
+                               job_list=_check_job_ids(job_ids))
+
+    def cancel(self, job_ids: Sequence[Any]) -> CommandResult:
+        """``scancel <ids>``."""
+        return self.runner.run("scancel", "job_ids", mutating=True, job_ids=_check_job_ids(job_ids))
+
+
+def _check_node(node: Any) -> None:
+    if not isinstance(node, str) or not _NODE_NAME.match(node):
+        raise FieldError("node", "must be one node name (letters, digits, '.', '_', '-'), not %r" % (node,))
+
+
+def _check_job_ids(job_ids: Sequence[Any]) -> List[str]:
+    if isinstance(job_ids, (str, int)):
+        job_ids = [job_ids]
+    ids = [str(job_id) for job_id in job_ids or []]
+    if not ids:
+        raise FieldError("job_ids", "must name at least one job")
+    bad = [job_id for job_id in ids if not _JOB_ID.match(job_id)]
+    if bad:
+        raise FieldError("job_ids", "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
+    return ids
+
+
+def node_info(run: RunFunction, nodes: Optional[Sequence[str]] = None, future: bool = False,
+              slurm_conf: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT,
+              bin_dir: Optional[str] = None) -> Dict[str, Any]:
+    """What the slurm_node_info module returns: the nodes as dicts, and the Slurm version."""
+    client = SlurmClient(SlurmRunner(run=run, slurm_conf=slurm_conf, timeout=timeout, bin_dir=bin_dir))
+    found = client.nodes(names=nodes, future=future)
+    return dict(nodes=[node.as_dict() for node in found.values()], slurm_version=str(client.version()))
