@@ -55,8 +55,10 @@ debs:
 fake-nvml: venv
 	$(MAKE) --no-print-directory -C tools/fake-nvml VENV=$(CURDIR)/$(VENV)
 
+# The lab's Kubernetes binaries and helm (the slinky backend and its tests), built from the Go
+# module proxy into $(CACHE_DIR)/bin; a no-op for each binary already up to date.
 lab-binaries:
-	roles/kubernetes/files/build/build-lab-binaries.sh
+	tools/build-go-binaries.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
 
 lint: ruff imports ansible-lint
 ruff: venv link

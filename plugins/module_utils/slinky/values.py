@@ -1,9 +1,10 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Helm values for Slinky's ``slurm-operator`` and ``slurm`` charts (1.1.x), from the inventory.
+"""Helm values for Slinky's ``slurm-operator`` and ``slurm`` charts (1.1.x and 1.2.x), from the inventory.
 
 Chart facts (github.com/SlinkyProject/slurm-operator, ``helm/slurm/values.yaml`` and
-``helm/slurm/README.md`` of 1.1.x, ``helm/slurm-operator/values.yaml`` of 1.1.2):
+``helm/slurm-operator/values.yaml`` of v1.1.2 and v1.2.1; what differs between the lines is in
+``charts.py``):
 
 - ``slurm`` chart: ``nodesets.<name>`` holds ``replicas``, ``slurmd.resources``,
   ``slurmd.volumeMounts``, ``extraConfMap`` (added to ``slurmd --conf``, e.g. ``Gres``),
@@ -13,12 +14,17 @@ Chart facts (github.com/SlinkyProject/slurm-operator, ``helm/slurm/values.yaml``
   names the LoginSet ``<fullname>-login-<name>``. ``configFiles`` are extra files in
   ``/etc/slurm``; ``controller.extraConfMap`` is appended to ``slurm.conf``; ``partitions`` maps
   a partition name to its NodeSets.
-- ``slurm-operator`` chart: the top-level ``propagatedNodeConditions`` lists the node condition
-  types whose reason and message the operator copies into the Slurm drain reason when a node
-  is cordoned. It is an operator value, not a ``slurm`` chart value.
+- ``slurm-operator`` chart: the top-level ``propagatedNodeConditions`` (1.2.x only) lists the
+  node condition types whose reason and message the operator copies into the Slurm drain
+  reason when a node is cordoned. It is an operator value, not a ``slurm`` chart value.
+  ``webhook.enabled`` runs the admission webhook; ``certManager.enabled`` has cert-manager issue
+  its certificate (Issuer and Certificate objects), otherwise Helm generates a self-signed one.
 - The operator prefixes every drain reason it sets with ``slurm-operator:`` and leaves other
   drains alone (docs/usage/nodeset-operations.md). Nothing generated here may let a NodeSet pod
   land on a cordoned or health-tainted node, or the cordon no longer means "drain this node".
+
+The pools come from the one pool model (``fleet/pools.py``); this module adds only what the
+charts need.
 
 Pure data: no I/O, no clients.
 """
@@ -31,21 +37,31 @@ import copy
 import posixpath
 import re
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-POOL_LABEL = "gpufleet.io/pool"
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import (
+    POOL_LABEL,
+    NodePool,
+    check_toleration,
+    parse_pools,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slinky.charts import (
+    DEFAULT_CHART_VERSION,
+    ChartLine,
+    chart_line,
+)
+
 GPU_RESOURCE = "nvidia.com/gpu"
-# Taints that mark a node as not for new work: a NodeSet pod must never tolerate them.
-CORDON_TAINT = "node.kubernetes.io/unschedulable"
-OWN_TAINT_PREFIX = "gpufleet.io/"
 AUTHORIZED_KEYS_VOLUME = "gpufleet-authorized-keys"
 AUTHORIZED_KEYS_DIR = "/etc/ssh/gpufleet-authorized-keys"
 HOME_VOLUME = "gpufleet-home"
 CHECKPOINTS_VOLUME = "gpufleet-checkpoints"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# NodeSet and LoginSet names become part of pod names (<release>-<name>-<ordinal>).
+# LoginSet names become part of pod names (<release>-login-<name>-<hash>), as pool names do.
 _SET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _CONDITION_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
@@ -64,7 +80,6 @@ _SSH_KEY_TYPES = frozenset(
     }
 )
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
-_TAINT_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 DEFAULT_OPTIONS: Dict[str, Any] = {
     "cluster_name": "gpufleet",
@@ -79,16 +94,26 @@ DEFAULT_OPTIONS: Dict[str, Any] = {
     "gres_conf": "AutoDetect=nvidia\n",
     "slurm_conf": {},
     "extra_values": {},
+    # The operator's admission webhook, and whether cert-manager issues its certificate (else
+    # Helm generates a self-signed one on every install and upgrade).
+    "webhook": True,
+    "webhook_cert_manager": True,
 }
 
 
-class SlinkyValuesError(ValueError):
+class SlinkyValuesError(FieldError):
     """Bad input for the chart values; ``field`` names it as the inventory spells it."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__("%s: %s" % (field, message))
-        self.field = field
-        self.message = message
+
+@contextmanager
+def _as_values_error() -> Iterator[None]:
+    # The pool model raises FieldError; callers of this module catch SlinkyValuesError.
+    try:
+        yield
+    except SlinkyValuesError:
+        raise
+    except FieldError as exc:
+        raise SlinkyValuesError(exc.field, exc.message) from exc
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,16 @@ class LoginUser:
     name: str
     keys: List[str]
     admin: bool
+
+
+@dataclass(frozen=True)
+class ChartFacts:
+    """Which chart line the values were made for, and the Slurm it runs."""
+
+    version: str
+    line: str
+    slurm_version: str
+    minimum_slurm_version: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +148,7 @@ class SlinkyValues:
     operator: Dict[str, Any]
     slurm: Dict[str, Any]
     authorized_keys: Dict[str, str]
+    chart: ChartFacts
 
 
 def _prefix(variable: str) -> str:
@@ -220,28 +256,10 @@ def _storage(storage: Any, variable: str) -> SharedStorage:
     return SharedStorage(claims["home"], home, claims["checkpoints"], ckpt)
 
 
-def _toleration(toleration: Any, field: str) -> Dict[str, Any]:
-    toleration = _mapping(toleration, field)
-    key = toleration.get("key", "")
-    operator = toleration.get("operator", "Equal")
-    effect = toleration.get("effect", "")
-    if not isinstance(key, str) or operator not in ("Exists", "Equal") or effect not in _TAINT_EFFECTS:
-        raise SlinkyValuesError(field, "must have a string key, operator Exists|Equal and a taint effect")
-    # A cordon taints the node node.kubernetes.io/unschedulable and the operator turns it into a
-    # Slurm drain; a replacement slurmd pod tolerating it (or everything) would undo that.
-    if not key and operator == "Exists":
-        raise SlinkyValuesError(
-            field + ".key", "an empty key with operator Exists tolerates every taint, cordons included"
-        )
-    if key == CORDON_TAINT or key.startswith(OWN_TAINT_PREFIX):
-        raise SlinkyValuesError(
-            field + ".key", "%r marks a cordoned or unhealthy node; slurmd pods must not tolerate it" % key
-        )
-    return dict(toleration)
-
-
 def _tolerations(value: Any, field: str) -> List[Dict[str, Any]]:
-    return [_toleration(t, "%s[%d]" % (field, i)) for i, t in enumerate(_sequence(value, field))]
+    # The pool model's rules: never the cordon taint, a gpufleet.io/ taint or every taint.
+    with _as_values_error():
+        return [check_toleration(t, "%s[%d]" % (field, i)) for i, t in enumerate(_sequence(value, field))]
 
 
 def _options(options: Any, variable: str) -> Dict[str, Any]:
@@ -271,6 +289,9 @@ def _options(options: Any, variable: str) -> Dict[str, Any]:
     for key in _mapping(merged["slurm_conf"], field + "slurm_conf"):
         _matching(key, "%sslurm_conf.%s" % (field, key), _SLURM_KEY, "a slurm.conf parameter name")
     _mapping(merged["extra_values"], field + "extra_values")
+    for key in ("webhook", "webhook_cert_manager"):
+        if not isinstance(merged[key], bool):
+            raise SlinkyValuesError(field + key, "must be true or false, got %r" % (merged[key],))
     return merged
 
 
@@ -288,55 +309,66 @@ def _storage_volumes(storage: SharedStorage) -> List[Dict[str, Any]]:
     ]
 
 
-def _nodeset(pool: Mapping[str, Any], where: str, storage: SharedStorage, options: Mapping[str, Any]) -> Dict[str, Any]:
-    count = _int_at_least(pool.get("count"), where + ".count", 0)
-    gpus = _int_at_least(pool.get("gpus_per_node", 8), where + ".gpus_per_node", 1)
-    tolerations = list(options["tolerations"])
-    tolerations += [
-        t for t in _tolerations(pool.get("tolerations", []), where + ".tolerations") if t not in tolerations
+def _pool_tolerations(pool: NodePool, common: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The fleet-wide tolerations, the pool's own, and one for each taint the pool's nodes carry
+    (a pool is tainted to keep other work off its nodes, not its own slurmd pods)."""
+    tolerations = list(common)
+    own = [dict(t) for t in pool.tolerations]
+    own += [
+        {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+        if t.value
+        else {"key": t.key, "operator": "Exists", "effect": t.effect}
+        for t in pool.taints
     ]
-    gpu_limit = {GPU_RESOURCE: gpus}
-    return {
+    tolerations += [t for t in own if t not in tolerations]
+    return tolerations
+
+
+def _nodeset(pool: NodePool, storage: SharedStorage, options: Mapping[str, Any], line: ChartLine) -> Dict[str, Any]:
+    gpu_limit = {GPU_RESOURCE: pool.gpus_per_node}
+    nodeset = {
         "enabled": True,
-        "replicas": count,
+        "replicas": pool.count,
         "slurmd": {
             # Extended resources need requests == limits; the device plugin then hands the pod
             # exactly the GPUs that Slurm schedules as gpu:<n>.
             "resources": {"requests": dict(gpu_limit), "limits": dict(gpu_limit)},
             "volumeMounts": _storage_mounts(storage),
         },
-        "extraConfMap": {"Gres": ["gpu:%d" % gpus], "Features": ["pool-%s" % pool["name"]]},
+        "extraConfMap": {"Gres": ["gpu:%d" % pool.gpus_per_node], "Features": ["pool-%s" % pool.name]},
         # One partition for the whole fleet (partitions below); no partition per pool.
         "partition": {"enabled": False},
         # The operator's PDB keeps busy slurmd pods until their jobs leave; remediation relies on it.
         "workloadDisruptionProtection": True,
         "podSpec": {
-            "nodeSelector": {"kubernetes.io/os": "linux", POOL_LABEL: pool["name"]},
-            "tolerations": tolerations,
+            "nodeSelector": {"kubernetes.io/os": "linux", POOL_LABEL: pool.name},
+            "tolerations": _pool_tolerations(pool, options["tolerations"]),
             "volumes": _storage_volumes(storage),
         },
     }
+    # 1.1.x gives a new NodeSet key no defaults: it must carry the chart's whole sample entry.
+    return deep_merge(line.nodeset_defaults(), nodeset)
 
 
-def _nodesets(pools: Any, variable: str, storage: SharedStorage, options: Mapping[str, Any]) -> Dict[str, Any]:
-    nodesets: Dict[str, Any] = {}
-    for index, pool in enumerate(_sequence(pools, variable)):
-        where = "%s[%d]" % (variable, index)
-        pool = _mapping(pool, where)
-        name = _matching(pool.get("name"), where + ".name", _SET_NAME, "a DNS label of at most 40 characters")
-        if name in nodesets:
-            raise SlinkyValuesError(where + ".name", "duplicate pool name %r" % name)
-        nodesets[name] = _nodeset(pool, where, storage, options)
-    if not nodesets:
+def _nodesets(
+    pools: Any, variable: str, storage: SharedStorage, options: Mapping[str, Any], line: ChartLine
+) -> Dict[str, Any]:
+    with _as_values_error():
+        parsed = parse_pools(pools, variable)
+    if not parsed:
         raise SlinkyValuesError(variable, "needs at least one GPU pool")
-    return nodesets
+    return {pool.name: _nodeset(pool, storage, options, line) for pool in parsed}
 
 
 def _loginset(
-    users: List[LoginUser], storage: SharedStorage, options: Mapping[str, Any], keys_configmap: str
+    users: List[LoginUser],
+    storage: SharedStorage,
+    options: Mapping[str, Any],
+    keys_configmap: str,
+    line: ChartLine,
 ) -> Dict[str, Any]:
     root_keys = [key for user in users if user.admin for key in user.keys]
-    return {
+    loginset = {
         "enabled": True,
         "replicas": options["login_replicas"],
         "login": {
@@ -357,6 +389,7 @@ def _loginset(
         },
         "service": {"spec": {"type": options["login_service_type"]}},
     }
+    return deep_merge(line.loginset_defaults(), loginset)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> Dict[str, Any]:
@@ -372,10 +405,13 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> Dict[str
 
 def check_cordon_safe(values: Mapping[str, Any], field: str) -> None:
     """Refuse NodeSets whose pods could run on cordoned or health-tainted nodes."""
-    for name, nodeset in (values.get("nodesets") or {}).items():
+    entries = [("nodesets.%s" % name, nodeset) for name, nodeset in (values.get("nodesets") or {}).items()]
+    # 1.2.x merges every NodeSet over nodesetDefaults.
+    entries.append(("nodesetDefaults", values.get("nodesetDefaults")))
+    for name, nodeset in entries:
         if not isinstance(nodeset, Mapping):
             continue
-        where = "%s.nodesets.%s" % (field, name)
+        where = "%s.%s" % (field, name)
         pod_spec = nodeset.get("podSpec") or {}
         _tolerations(pod_spec.get("tolerations") or [], where + ".podSpec.tolerations")
         # A NoExecute taint on the node would evict running slurmd pods before Slurm drains them.
@@ -385,6 +421,23 @@ def check_cordon_safe(values: Mapping[str, Any], field: str) -> None:
             )
 
 
+def _names(variables: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    names = {
+        "pools": "gpufleet_node_pools",
+        "login_users": "login_users",
+        "storage": "storage",
+        "options": "options",
+        "chart_version": "chart_version",
+    }
+    names.update(variables or {})
+    return names
+
+
+def _chart_line(chart_version: Any, variable: str) -> ChartLine:
+    with _as_values_error():
+        return chart_line(chart_version, variable)
+
+
 def slurm_chart_values(
     pools: Any,
     login_users: Any,
@@ -392,16 +445,15 @@ def slurm_chart_values(
     options: Any = None,
     keys_configmap: str = "slurm-login-authorized-keys",
     variables: Optional[Mapping[str, str]] = None,
+    chart_version: Any = DEFAULT_CHART_VERSION,
 ) -> Dict[str, Any]:
     """Values of the ``slurm`` chart: controller, one NodeSet per pool, one LoginSet, partition."""
-    names = dict(
-        {"pools": "gpufleet_node_pools", "login_users": "login_users", "storage": "storage", "options": "options"},
-        **(variables or {}),
-    )
+    names = _names(variables)
+    line = _chart_line(chart_version, names["chart_version"])
     opts = _options(options, names["options"])
     shared = _storage(storage, names["storage"])
     users = _login_users(login_users, names["login_users"])
-    nodesets = _nodesets(pools, names["pools"], shared, opts)
+    nodesets = _nodesets(pools, names["pools"], shared, opts, line)
     slurm_conf = {"GresTypes": "gpu"}
     slurm_conf.update(opts["slurm_conf"])
     values: Dict[str, Any] = {
@@ -409,7 +461,7 @@ def slurm_chart_values(
         "configFiles": {"gres.conf": opts["gres_conf"]},
         "controller": {"extraConfMap": slurm_conf},
         "nodesets": nodesets,
-        "loginsets": {opts["login_set_name"]: _loginset(users, shared, opts, keys_configmap)},
+        "loginsets": {opts["login_set_name"]: _loginset(users, shared, opts, keys_configmap, line)},
         "partitions": {
             opts["partition_name"]: {
                 "enabled": True,
@@ -418,26 +470,50 @@ def slurm_chart_values(
             },
         },
     }
-    # The chart's sample NodeSet "slinky" and partition "all" are on by default; turn them off
+    # 1.1.x's sample NodeSet "slinky" and partition "all" are on by default; turn them off
     # unless the inventory defines a pool or partition of that name.
-    if "slinky" not in nodesets:
-        values["nodesets"]["slinky"] = {"enabled": False}
-    if opts["partition_name"] != "all":
+    if line.sample_nodeset and line.sample_nodeset not in nodesets:
+        values["nodesets"][line.sample_nodeset] = {"enabled": False}
+    if line.sample_partition_on and opts["partition_name"] != "all":
         values["partitions"]["all"] = {"enabled": False}
     values = deep_merge(values, opts["extra_values"])
     check_cordon_safe(values, _prefix(names["options"]) + "extra_values")
     return values
 
 
-def operator_chart_values(options: Any = None, variable: str = "options") -> Dict[str, Any]:
-    """Values of the ``slurm-operator`` chart."""
+def operator_chart_values(
+    options: Any = None,
+    variable: str = "options",
+    chart_version: Any = DEFAULT_CHART_VERSION,
+    version_variable: str = "chart_version",
+) -> Dict[str, Any]:
+    """Values of the ``slurm-operator`` chart. The CRDs are their own release (the
+    ``slurm-operator-crds`` chart), so the operator chart's CRD dependency stays off."""
+    line = _chart_line(chart_version, version_variable)
     opts = _options(options, variable)
-    return {"propagatedNodeConditions": list(opts["propagated_node_conditions"])}
+    values: Dict[str, Any] = {
+        "crds": {"enabled": False},
+        "webhook": {"enabled": opts["webhook"]},
+        "certManager": {"enabled": opts["webhook_cert_manager"]},
+    }
+    if line.propagates_node_conditions:
+        values["propagatedNodeConditions"] = list(opts["propagated_node_conditions"])
+    return values
 
 
 def authorized_keys(login_users: Any, variable: str = "login_users") -> Dict[str, str]:
     """ConfigMap data: one ``authorized_keys`` file per login user, named after the user."""
     return {user.name: "\n".join(user.keys) + "\n" for user in _login_users(login_users, variable)}
+
+
+def chart_facts(chart_version: Any = DEFAULT_CHART_VERSION, variable: str = "chart_version") -> ChartFacts:
+    line = _chart_line(chart_version, variable)
+    return ChartFacts(
+        version=str(chart_version).lstrip("v"),
+        line=line.line,
+        slurm_version=line.slurm_version,
+        minimum_slurm_version=line.minimum_slurm_version,
+    )
 
 
 def slinky_values(
@@ -447,10 +523,12 @@ def slinky_values(
     options: Any = None,
     keys_configmap: str = "slurm-login-authorized-keys",
     variables: Optional[Mapping[str, str]] = None,
+    chart_version: Any = DEFAULT_CHART_VERSION,
 ) -> SlinkyValues:
-    names = dict({"login_users": "login_users", "options": "options"}, **(variables or {}))
+    names = _names(variables)
     return SlinkyValues(
-        operator=operator_chart_values(options, names["options"]),
-        slurm=slurm_chart_values(pools, login_users, storage, options, keys_configmap, variables),
+        operator=operator_chart_values(options, names["options"], chart_version, names["chart_version"]),
+        slurm=slurm_chart_values(pools, login_users, storage, options, keys_configmap, variables, chart_version),
         authorized_keys=authorized_keys(login_users, names["login_users"]),
+        chart=chart_facts(chart_version, names["chart_version"]),
     )

@@ -9,7 +9,13 @@ from typing import Any, Dict, List
 
 import pytest
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slinky.charts import (
+    CHART_LINES,
+    DEFAULT_CHART_VERSION,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slinky.values import (
+    ChartFacts,
     SlinkyValuesError,
     authorized_keys,
     check_ssh_public_key,
@@ -38,9 +44,22 @@ def _key_line(key_type: str, blob_type: str) -> str:
 
 
 def _values(**overrides: Any) -> Dict[str, Any]:
-    args: Dict[str, Any] = {"pools": [POOL_A], "login_users": USERS, "storage": STORAGE, "options": None}
+    args: Dict[str, Any] = {
+        "pools": [POOL_A],
+        "login_users": USERS,
+        "storage": STORAGE,
+        "options": None,
+        "chart_version": DEFAULT_CHART_VERSION,
+    }
     args.update(overrides)
-    return slurm_chart_values(args["pools"], args["login_users"], args["storage"], args["options"])
+    return slurm_chart_values(
+        args["pools"], args["login_users"], args["storage"], args["options"], chart_version=args["chart_version"]
+    )
+
+
+def test_default_chart_is_the_newest_stable_line() -> None:
+    assert DEFAULT_CHART_VERSION == "1.2.1"
+    assert sorted(CHART_LINES) == ["1.1", "1.2"]
 
 
 def test_one_pool_gives_one_gpu_nodeset_on_its_nodes() -> None:
@@ -55,10 +74,45 @@ def test_one_pool_gives_one_gpu_nodeset_on_its_nodes() -> None:
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
     assert nodeset["workloadDisruptionProtection"] is True
-    # The chart's sample NodeSet would start a CPU slurmd nobody asked for.
-    assert values["nodesets"]["slinky"] == {"enabled": False}
+    # 1.2.x merges every NodeSet over nodesetDefaults: images and the rest come from there.
+    assert "image" not in nodeset["slurmd"]
+    assert sorted(values["nodesets"]) == ["gpu-a"]
     assert values["configFiles"]["gres.conf"] == "AutoDetect=nvidia\n"
     assert values["controller"]["extraConfMap"]["GresTypes"] == "gpu"
+
+
+def test_chart_1_1_nodesets_and_loginset_carry_the_sample_entry() -> None:
+    values = _values(chart_version="1.1.2")
+    nodeset = values["nodesets"]["gpu-a"]
+    # 1.1.x gives a new NodeSet key no defaults: without the image the chart fails to render.
+    assert nodeset["slurmd"]["image"] == {"repository": "ghcr.io/slinkyproject/slurmd", "tag": "25.11-ubuntu24.04"}
+    assert nodeset["logfile"]["image"]["repository"] == "docker.io/library/alpine"
+    assert nodeset["scalingMode"] == "StatefulSet" and nodeset["taintKubeNodes"] is False
+    # Ours still win over the sample.
+    assert nodeset["replicas"] == 8 and nodeset["enabled"] is True
+    assert nodeset["slurmd"]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert nodeset["podSpec"]["nodeSelector"] == {"kubernetes.io/os": "linux", "gpufleet.io/pool": "gpu-a"}
+    login = values["loginsets"]["login"]
+    assert login["login"]["image"]["tag"] == "25.11-ubuntu24.04"
+    assert login["initconf"]["image"]["repository"] == "docker.io/library/alpine"
+    assert login["enabled"] is True
+    # The chart's sample NodeSet would start a CPU slurmd nobody asked for, and its sample
+    # partition "all" is on.
+    assert values["nodesets"]["slinky"] == {"enabled": False}
+    assert values["partitions"]["all"] == {"enabled": False}
+
+
+def test_chart_1_1_sample_entries_are_copies() -> None:
+    first = _values(chart_version="1.1.2")
+    first["nodesets"]["gpu-a"]["slurmd"]["image"]["tag"] = "changed"
+    assert _values(chart_version="1.1.2")["nodesets"]["gpu-a"]["slurmd"]["image"]["tag"] == "25.11-ubuntu24.04"
+
+
+def test_chart_facts_name_the_slurm_of_each_line() -> None:
+    assert slinky_values([POOL_A], USERS, STORAGE).chart == ChartFacts("1.2.1", "1.2", "26.05", "25.11")
+    assert slinky_values([POOL_A], USERS, STORAGE, chart_version="v1.1.2").chart == ChartFacts(
+        "1.1.2", "1.1", "25.11", "25.11"
+    )
 
 
 def test_two_pools_share_one_partition_with_their_own_gres() -> None:
@@ -70,14 +124,29 @@ def test_two_pools_share_one_partition_with_their_own_gres() -> None:
     assert values["nodesets"]["gpu-b"]["podSpec"]["nodeSelector"]["gpufleet.io/pool"] == "gpu-b"
     assert values["partitions"]["gpu"]["nodesets"] == ["gpu-a", "gpu-b"]
     assert values["partitions"]["gpu"]["configMap"]["Default"] == "YES"
-    assert values["partitions"]["all"] == {"enabled": False}
+    # 1.2.x's sample partition "all" is off already.
+    assert "all" not in values["partitions"]
     assert all(not ns.get("partition", {}).get("enabled", False) for ns in values["nodesets"].values())
 
 
-def test_pool_defaults_to_eight_gpus_and_zero_count_is_allowed() -> None:
-    values = _values(pools=[{"name": "gpu-c", "count": 0}])
-    assert values["nodesets"]["gpu-c"]["replicas"] == 0
+def test_pool_defaults_come_from_the_pool_model() -> None:
+    values = _values(pools=[{"name": "gpu-c", "count": 1}])
+    assert values["nodesets"]["gpu-c"]["replicas"] == 1
     assert values["nodesets"]["gpu-c"]["extraConfMap"]["Gres"] == ["gpu:8"]
+    assert values["nodesets"]["gpu-c"]["extraConfMap"]["Features"] == ["pool-gpu-c"]
+
+
+def test_a_pool_tolerates_its_own_taints() -> None:
+    taints = [
+        {"key": "dedicated", "value": "slurm", "effect": "NoSchedule"},
+        {"key": "example.com/maintenance", "effect": "NoExecute"},
+    ]
+    tolerations = _values(pools=[dict(POOL_A, taints=taints)])["nodesets"]["gpu-a"]["podSpec"]["tolerations"]
+    assert tolerations == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Equal", "value": "slurm", "effect": "NoSchedule"},
+        {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"},
+    ]
 
 
 def test_pool_tolerations_add_to_the_common_ones_once() -> None:
@@ -130,10 +199,32 @@ def test_no_admin_means_no_root_keys() -> None:
 
 
 def test_propagated_conditions_go_to_the_operator_chart() -> None:
-    assert operator_chart_values() == {"propagatedNodeConditions": ["GpuHealthy"]}
+    assert operator_chart_values() == {
+        "crds": {"enabled": False},
+        "webhook": {"enabled": True},
+        "certManager": {"enabled": True},
+        "propagatedNodeConditions": ["GpuHealthy"],
+    }
     options = {"propagated_node_conditions": ["GpuHealthy", "XidFatal"]}
-    assert operator_chart_values(options) == {"propagatedNodeConditions": ["GpuHealthy", "XidFatal"]}
+    assert operator_chart_values(options)["propagatedNodeConditions"] == ["GpuHealthy", "XidFatal"]
     assert "propagatedNodeConditions" not in _values(options=options)
+
+
+def test_chart_1_1_operator_has_no_propagated_conditions() -> None:
+    # The 1.1.x operator chart has no such value; writing it would be silently ignored.
+    assert operator_chart_values(chart_version="1.1.2") == {
+        "crds": {"enabled": False},
+        "webhook": {"enabled": True},
+        "certManager": {"enabled": True},
+    }
+
+
+def test_webhook_and_its_certificate_are_options() -> None:
+    values = operator_chart_values({"webhook": False, "webhook_cert_manager": False})
+    assert values["webhook"] == {"enabled": False}
+    assert values["certManager"] == {"enabled": False}
+    # The CRDs are their own release; the operator chart's dependency stays off either way.
+    assert values["crds"] == {"enabled": False}
 
 
 def test_options_set_cluster_partition_and_slurm_conf() -> None:
@@ -176,6 +267,20 @@ def test_check_ssh_public_key_accepts_real_keys_and_normalizes_spaces() -> None:
     assert check_ssh_public_key(_key_line("ecdsa-sha2-nistp256", "ecdsa-sha2-nistp256"), "k").startswith("ecdsa")
 
 
+def test_extra_values_cannot_tolerate_cordons_through_nodeset_defaults() -> None:
+    extra = {"nodesetDefaults": {"podSpec": {"tolerations": [{"key": "node.kubernetes.io/unschedulable"}]}}}
+    with pytest.raises(SlinkyValuesError) as caught:
+        _values(options={"extra_values": extra})
+    assert caught.value.field == "options.extra_values.nodesetDefaults.podSpec.tolerations[0].key"
+
+
+def test_values_error_is_a_field_error() -> None:
+    assert issubclass(SlinkyValuesError, FieldError)
+    # Errors of the pool model reach callers as SlinkyValuesError too.
+    with pytest.raises(SlinkyValuesError):
+        _values(pools=[{"name": "gpu-a", "count": 0}])
+
+
 def _error(**overrides: Any) -> SlinkyValuesError:
     with pytest.raises(SlinkyValuesError) as caught:
         _values(**overrides)
@@ -187,20 +292,23 @@ BAD_INPUT: List[Any] = [
     ({"pools": []}, "gpufleet_node_pools", "at least one GPU pool"),
     ({"pools": "gpu-a"}, "gpufleet_node_pools", "must be a list"),
     ({"pools": ["gpu-a"]}, "gpufleet_node_pools[0]", "must be a dict"),
-    ({"pools": [{"count": 1}]}, "gpufleet_node_pools[0].name", "DNS label"),
-    ({"pools": [{"name": "GPU_A", "count": 1}]}, "gpufleet_node_pools[0].name", "DNS label"),
+    ({"pools": [{"count": 1}]}, "gpufleet_node_pools[0].name", "is required"),
+    ({"pools": [{"name": "GPU_A", "count": 1}]}, "gpufleet_node_pools[0].name", "lowercase letters"),
     ({"pools": [{"name": "a" * 41, "count": 1}]}, "gpufleet_node_pools[0].name", "at most 40"),
-    ({"pools": [POOL_A, dict(POOL_B, name="gpu-a")]}, "gpufleet_node_pools[1].name", "duplicate pool name 'gpu-a'"),
-    ({"pools": [dict(POOL_A, count=-1)]}, "gpufleet_node_pools[0].count", "must be >= 0"),
-    ({"pools": [{"name": "gpu-a"}]}, "gpufleet_node_pools[0].count", "must be an integer"),
+    ({"pools": [POOL_A, dict(POOL_B, name="gpu-a")]}, "gpufleet_node_pools[1].name", "'gpu-a' is also the name"),
+    ({"pools": [dict(POOL_A, count=-1)]}, "gpufleet_node_pools[0].count", "must be >= 1"),
+    ({"pools": [{"name": "gpu-a"}]}, "gpufleet_node_pools[0].count", "is required"),
     ({"pools": [dict(POOL_A, count=True)]}, "gpufleet_node_pools[0].count", "must be an integer"),
     ({"pools": [dict(POOL_A, count="eight")]}, "gpufleet_node_pools[0].count", "must be an integer"),
     ({"pools": [dict(POOL_A, gpus_per_node=0)]}, "gpufleet_node_pools[0].gpus_per_node", "must be >= 1"),
+    ({"pools": [dict(POOL_A, colour="red")]}, "gpufleet_node_pools[0].colour", "unknown pool field"),
     (
         {"pools": [dict(POOL_A, tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])]},
         "gpufleet_node_pools[0].tolerations[0].key",
         "cordoned",
     ),
+    ({"chart_version": "1.0.3"}, "chart_version", "supported lines: 1.1.x, 1.2.x"),
+    ({"chart_version": "latest"}, "chart_version", "must be a chart version"),
     ({"login_users": "alice"}, "login_users", "must be a list"),
     (
         {"login_users": [{"name": "Alice", "ssh_authorized_keys": [ALICE_KEY]}]},
@@ -275,7 +383,13 @@ BAD_INPUT: List[Any] = [
         "options.tolerations[0].key",
         "unhealthy",
     ),
-    ({"options": {"tolerations": [{"key": "a", "operator": "In"}]}}, "options.tolerations[0]", "Exists|Equal"),
+    (
+        {"options": {"tolerations": [{"key": "a", "operator": "In"}]}},
+        "options.tolerations[0].operator",
+        "Equal or Exists",
+    ),
+    ({"options": {"webhook": "yes"}}, "options.webhook", "true or false"),
+    ({"options": {"webhook_cert_manager": None}}, "options.webhook_cert_manager", "true or false"),
     ({"options": {"gres_conf": ""}}, "options.gres_conf", "non-empty"),
     ({"options": {"slurm_conf": {"Kill Wait": 1}}}, "options.slurm_conf.Kill Wait", "slurm.conf parameter"),
     ({"options": {"extra_values": []}}, "options.extra_values", "must be a dict"),
@@ -308,7 +422,11 @@ def test_variable_names_and_prefixes_appear_in_errors() -> None:
         "storage": "slurm_slinky_",
         "options": "slurm_slinky_",
         "login_users": "slurm_slinky_login_users",
+        "chart_version": "slurm_slinky_version",
     }
+    with pytest.raises(SlinkyValuesError) as caught:
+        slinky_values([POOL_A], USERS, STORAGE, variables=names, chart_version="2.0.0")
+    assert caught.value.field == "slurm_slinky_version"
     cases = [
         ([dict(POOL_A, count=-1)], USERS, STORAGE, None, "slurm_node_pools[0].count"),
         ([POOL_A], [{"name": "alice"}], STORAGE, None, "slurm_slinky_login_users[0].ssh_authorized_keys"),

@@ -1,5 +1,5 @@
-// Wrapper module: builds the helm CLI that kubernetes.core.helm drives (slurm_backend=slinky).
-// Keep slurm_slinky_helm_version (defaults/main.yml) in step with this file.
+// Wrapper module: builds the helm CLI that kubernetes.core.helm drives (slurm_backend=slinky) and
+// the Slinky tests use (tools/build-go-binaries.sh helm). The helm.sh/helm/v3 line is the pin.
 module gpufleet.local/labbuild/helm
 
 go 1.26.0

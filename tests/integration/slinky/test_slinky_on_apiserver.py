@@ -1,0 +1,182 @@
+"""The slurm role's slinky backend against a real kube-apiserver: the lab's, standing in for an
+existing cluster.
+
+playbooks/one-click-slurm.yml runs with --tags storage,slurm, slurm_backend=slinky, the storage
+role's pvc backend and the unmodified 1.2.1 charts from ../shared/vendor/slinky (a relative
+slurm_slinky_chart_dir, as a user would type it). Proven here: the three helm releases install,
+the CRDs are established, the API server accepts and holds the Controller, the NodeSets, the
+LoginSet and the RestApi (so the generated objects pass the real CRD schemas), and a rerun and a
+check-mode run change nothing.
+
+Not proven (kwok runs no containers): anything the operator, slurmctld, slurmd or sshd would do.
+The operator's Deployment only gets a kwok pod that is Running without a process, so no slurmd
+pod is ever created from a NodeSet, and the webhook is off (slurm_slinky_webhook=auto on an
+all-kwok cluster; see docs/slinky.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from typing import Any, Dict, List
+
+import pytest
+from lab_harness import Lab
+from slinky_helpers import helm_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+NAMESPACE = "gpufleet-slinky-test"
+OPERATOR_NAMESPACE = "gpufleet-slinky-test-operator"
+STORAGE_CLASS = "standard"
+VERSION = "1.2.1"
+ALICE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHEVTZoDIeCxaPalMEegyC6PltJjxVgBVQXWyfiIIk39 alice@lab"
+POOLS = [
+    {"name": "gpu-a", "count": 4, "spares": 2, "gpus_per_node": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3",
+     "zone": "lab-zone-a", "nodes_per_rack": 2, "racks_per_block": 2, "cpus": 16, "memory_mb": 65536},
+    # Not in the lab's kwok nodes: its NodeSet is an object only, as on a cluster still scaling up.
+    {"name": "gpu-b", "count": 2, "gpus_per_node": 4},
+]
+RELEASES = {"slurm-operator-crds": OPERATOR_NAMESPACE, "slurm-operator": OPERATOR_NAMESPACE, "slurm": NAMESPACE}
+SLINKY_KINDS = ("controllers", "nodesets", "loginsets", "restapis")
+
+
+def slinky_vars(lab: Lab) -> Dict[str, Any]:
+    return {
+        "slurm_backend": "slinky",
+        "storage_backend": "pvc",
+        "storage_class_name": STORAGE_CLASS,
+        "storage_namespace": NAMESPACE,
+        "kubernetes_kubeconfig": str(lab.kubeconfig),
+        "gpufleet_node_pools": POOLS,
+        "slurm_slinky_operator_namespace": OPERATOR_NAMESPACE,
+        "slurm_slinky_chart_source": "local",
+        # Relative to the repository root, where the harness runs ansible-playbook.
+        "slurm_slinky_chart_dir": "../shared/vendor/slinky/v%s/helm" % VERSION,
+        "slurm_slinky_version": VERSION,
+        # No cert-manager chart here, and no webhook on kwok (auto turns it off).
+        "slurm_slinky_install_cert_manager": False,
+        "slurm_slinky_wait_timeout": "3m",
+        "slurm_slinky_login_users": [{"name": "alice", "ssh_authorized_keys": [ALICE_KEY], "admin": True}],
+    }
+
+
+def helm_releases(helm: str, lab: Lab, tmp_path) -> Dict[str, Dict[str, Any]]:
+    done = subprocess.run([helm, "list", "--all-namespaces", "--all", "--output", "json",
+                           "--kubeconfig", str(lab.kubeconfig)],
+                          capture_output=True, text=True, timeout=60, check=True, env=helm_env(tmp_path))
+    return {r["name"]: r for r in json.loads(done.stdout) if r["name"] in RELEASES}
+
+
+@pytest.fixture(scope="module")
+def installed(lab: Lab, vendor_charts, helm, tmp_path_factory):
+    """Slinky installed into the lab's API server by the role; removed again afterwards, so the
+    lab is as other tests expect it."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(lab.kubeconfig))
+    storage = client.StorageV1Api(api)
+    created_class = False
+    if STORAGE_CLASS not in [sc.metadata.name for sc in storage.list_storage_class().items]:
+        # The claims only have to exist: nothing mounts them without a container runtime.
+        storage.create_storage_class(client.V1StorageClass(
+            metadata=client.V1ObjectMeta(name=STORAGE_CLASS), provisioner="kubernetes.io/no-provisioner",
+            volume_binding_mode="WaitForFirstConsumer"))
+        created_class = True
+    work = tmp_path_factory.mktemp("slinky")
+    try:
+        first = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", extra=slinky_vars(lab), timeout=1200)
+        yield {"first": first, "api": api, "work": work}
+    finally:
+        for release, namespace in reversed(list(RELEASES.items())):
+            subprocess.run([helm, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "2m",
+                            "--ignore-not-found", "--kubeconfig", str(lab.kubeconfig)],
+                           capture_output=True, timeout=180, check=False, env=helm_env(work))
+        core = client.CoreV1Api(api)
+        for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
+            try:
+                core.delete_namespace(namespace)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if created_class:
+            storage.delete_storage_class(STORAGE_CLASS)
+
+
+def test_the_role_installs_the_three_releases(installed, helm, lab):
+    first = installed["first"]
+    assert first.rc == 0 and first.failed == 0, first.output[-6000:]
+    releases = helm_releases(helm, lab, installed["work"])
+    assert sorted(releases) == sorted(RELEASES)
+    for name, namespace in RELEASES.items():
+        assert releases[name]["status"] == "deployed", releases[name]
+        assert releases[name]["namespace"] == namespace
+        assert releases[name]["chart"] == "%s-%s" % (name, VERSION)
+    # The role says which Slurm the chart line runs and how the webhook was decided (the YAML
+    # callback may wrap the line anywhere between words).
+    assert re.search(r"Slinky\s+1\.2\.1\s+\(local\):\s+Slurm\s+26\.05\s+images", first.output)
+    assert re.search(r"webhook\s+off", first.output)
+
+
+def test_the_crds_are_established(installed):
+    from kubernetes import client
+
+    extensions = client.ApiextensionsV1Api(installed["api"])
+    for plural in (*SLINKY_KINDS, "accountings", "tokens"):
+        crd = extensions.read_custom_resource_definition("%s.slinky.slurm.net" % plural)
+        conditions = {c.type: c.status for c in crd.status.conditions or []}
+        assert conditions.get("Established") == "True", (plural, conditions)
+
+
+def test_the_api_server_holds_the_slurm_cluster_objects(installed):
+    from kubernetes import client
+
+    objects = client.CustomObjectsApi(installed["api"])
+    found: Dict[str, List[Dict[str, Any]]] = {
+        plural: objects.list_namespaced_custom_object("slinky.slurm.net", "v1beta1", NAMESPACE, plural)["items"]
+        for plural in SLINKY_KINDS
+    }
+    assert [o["metadata"]["name"] for o in found["controllers"]] == ["slurm"]
+    assert [o["metadata"]["name"] for o in found["loginsets"]] == ["slurm-login-login"]
+    assert [o["metadata"]["name"] for o in found["restapis"]] == ["slurm"]
+    nodesets = {o["metadata"]["name"]: o["spec"] for o in found["nodesets"]}
+    # Pools other tests added to the lab (add-node-pool.yml) join the inventory's.
+    assert {"slurm-worker-gpu-a", "slurm-worker-gpu-b"} <= set(nodesets)
+    for pool in POOLS:
+        spec = nodesets["slurm-worker-%s" % pool["name"]]
+        gpus = pool["gpus_per_node"]
+        assert spec["replicas"] == pool["count"]
+        assert spec["slurmd"]["resources"]["limits"] == {"nvidia.com/gpu": gpus}
+        assert spec["template"]["spec"]["nodeSelector"]["gpufleet.io/pool"] == pool["name"]
+        assert "Gres=gpu:%d" % gpus in spec["extraConf"]
+
+    # Every user's keys, for sshd's AuthorizedKeysFile; the claims the NodeSets mount.
+    core = client.CoreV1Api(installed["api"])
+    keys = core.read_namespaced_config_map("slurm-login-authorized-keys", NAMESPACE)
+    assert keys.data == {"alice": ALICE_KEY + "\n"}
+    claims = {c.metadata.name for c in core.list_namespaced_persistent_volume_claim(NAMESPACE).items}
+    assert {"slurm-home", "slurm-checkpoints"} <= claims
+
+
+def test_the_operator_runs_without_webhook_on_kwok(installed):
+    from kubernetes import client
+
+    apps = client.AppsV1Api(installed["api"])
+    deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(OPERATOR_NAMESPACE).items}
+    # kwok nodes run no webhook server: the webhook (and with it cert-manager) stays off.
+    assert sorted(deployments) == ["slurm-operator"]
+    admission = client.AdmissionregistrationV1Api(installed["api"])
+    assert not [w for w in admission.list_validating_webhook_configuration().items
+                if w.metadata.name.startswith("slurm-operator")]
+    # helm --wait passed: kwok made the operator's pod Ready (a pod without a process).
+    assert deployments["slurm-operator"].status.ready_replicas == 1
+
+
+def test_a_rerun_and_a_check_run_change_nothing(installed, lab):
+    assert installed["first"].rc == 0
+    again = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", extra=slinky_vars(lab), timeout=900)
+    assert again.rc == 0 and again.changed == 0, again.output[-6000:]
+    check = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", "--check", extra=slinky_vars(lab),
+                         timeout=900)
+    assert check.rc == 0 and check.changed == 0, check.output[-6000:]
