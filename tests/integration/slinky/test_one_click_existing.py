@@ -22,10 +22,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from lab_harness import _RECAP, REPO, VENV_BIN, PlaybookResult
+from slinky_helpers import helm_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-CHARTS = REPO.parent / "shared" / "vendor" / "slinky" / "v1.2.1" / "helm"
+# Relative, as a user gives it on the command line (ansible-playbook runs in the repo root).
+CHARTS = "../shared/vendor/slinky/v1.2.1/helm"
 GROUPS = {"site-h100-1": "h100-a", "site-h100-2": "h100-a", "site-h200-1": "h200-b"}
 POOLS = [
     {"name": "site-h100", "count": 2, "gpus_per_node": 8,
@@ -39,14 +41,12 @@ NAMESPACES = ("site-slurm", "site-slinky")
 
 
 @pytest.fixture(scope="module")
-def site(lab, tmp_path_factory):
+def site(lab, vendor_charts, helm, tmp_path_factory):
     """An 'existing cluster': the lab API server with two node groups and a StorageClass.
 
     Returns the inventory directory. Everything the test adds is removed afterwards, so the
     other lab tests see the lab as it was.
     """
-    if not CHARTS.is_dir():
-        pytest.skip("the vendored Slinky charts are not at %s (shared/vendor/slinky)" % CHARTS)
     api = lab.kube()
     api_client = api.api_client
     for name, group in GROUPS.items():
@@ -69,7 +69,7 @@ def site(lab, tmp_path_factory):
         kubernetes_kubeconfig=str(lab.kubeconfig),
         gpufleet_node_pools=POOLS,
         slurm_slinky_chart_source="local",
-        slurm_slinky_chart_dir=str(CHARTS),
+        slurm_slinky_chart_dir=CHARTS,
         storage_namespace=NAMESPACES[0],
         slurm_slinky_operator_namespace=NAMESPACES[1],
         # kwok runs no pods for real: nothing would ever become ready to wait for.
@@ -79,6 +79,13 @@ def site(lab, tmp_path_factory):
     (inventory / "group_vars" / "all" / "site.yml").write_text(yaml.safe_dump(site_vars))
     yield inventory
 
+    # Uninstall what the playbook installed (the CRDs go with their release), so the other
+    # Slinky tests install into a clean API server.
+    for release, namespace in (("slurm", NAMESPACES[0]), ("slurm-operator", NAMESPACES[1]),
+                               ("slurm-operator-crds", NAMESPACES[1])):
+        subprocess.run([helm, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "2m",
+                        "--ignore-not-found", "--kubeconfig", str(lab.kubeconfig)],
+                       capture_output=True, timeout=180, check=False, env=helm_env(inventory))
     core = lab.kube()
     for name in GROUPS:
         _ignore_missing(core.delete_node, name)
