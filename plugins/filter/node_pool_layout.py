@@ -16,16 +16,14 @@ description:
   - "Validates the pools with the collection's one pool model (see P(gpufleet.resilience.node_pools#filter))
     and fails with the bad field named (for example C(gpufleet_node_pools[1].count: must be >= 1, got 0))."
 author: gpufleet.resilience contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.resilience.node_pools
 options:
   _input:
     description: The pools, as in C(gpufleet_node_pools).
     type: list
     elements: dict
     required: true
-  variable:
-    description: Name of the variable the pools came from, used in error messages.
-    type: str
-    default: gpufleet_node_pools
 """
 
 EXAMPLES = r"""

@@ -22,16 +22,14 @@ description:
     V(PreferNoSchedule) or V(NoExecute) and not the cordon or C(gpufleet.io/) keys; C(tolerations)
     that never tolerate a cordon, a C(gpufleet.io/) taint or every taint."
 author: gpufleet.resilience contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.resilience.node_pools
 options:
   _input:
     description: The pools, as in C(gpufleet_node_pools).
     type: list
     elements: dict
     required: true
-  variable:
-    description: Name of the variable the pools came from, used in error messages.
-    type: str
-    default: gpufleet_node_pools
   require_selector:
     description: Every pool must have a C(selector) (a real cluster, where the nodes exist already).
     type: bool

@@ -25,6 +25,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.node_pools
 options:
   pools:
     description:
@@ -33,10 +34,6 @@ options:
     type: list
     elements: dict
     required: true
-  variable:
-    description: Name of the variable the pools came from, used in error messages.
-    type: str
-    default: gpufleet_node_pools
   kubeconfig:
     description: Path of the kubeconfig; without it the in-cluster service account is used.
     type: path

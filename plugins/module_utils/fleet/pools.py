@@ -29,9 +29,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_int,
+    check_label_key,
+    check_label_value,
+    check_mapping,
+    check_sequence,
+)
 
 POOLS_VARIABLE = "gpufleet_node_pools"
 POOL_LABEL = "gpufleet.io/pool"
@@ -67,9 +74,6 @@ POOL_FIELDS: Dict[str, Any] = {
 _MAX = {"gpus_per_node": 64, "cpus": 4096, "memory_mb": 64 * 1024 * 1024, "nodes_per_rack": 999, "racks_per_block": 999}
 
 _POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,%d}[a-z0-9])?$" % (MAX_POOL_NAME - 2))
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -145,62 +149,15 @@ class PoolNode:
 # ---- field checks -------------------------------------------------------------------------
 
 
-def _int_in(value: Any, where: str, minimum: int, maximum: Optional[int] = None) -> int:
-    # YAML and -e give "8" as often as 8; a bool is an int to Python but never a count.
-    if isinstance(value, bool) or value is None or (isinstance(value, float) and not value.is_integer()):
-        raise FieldError(where, "must be an integer, got %r" % (value,))
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise FieldError(where, "must be an integer, got %r" % (value,)) from None
-    if number < minimum:
-        raise FieldError(where, "must be >= %d, got %d" % (minimum, number))
-    if maximum is not None and number > maximum:
-        raise FieldError(where, "must be <= %d, got %d" % (maximum, number))
-    return number
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise FieldError(where, "must be a dict, got %s" % type(value).__name__)
-    return value
-
-
-def _sequence(value: Any, where: str) -> Sequence[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise FieldError(where, "must be a list, got %s" % type(value).__name__)
-    return value
-
-
-def check_label_key(key: Any, where: str) -> str:
-    """A Kubernetes label or taint key: ``[prefix/]name``, prefix a DNS subdomain."""
-    if not isinstance(key, str) or not key:
-        raise FieldError(where, "must be a label key, got %r" % (key,))
-    prefix, _slash, name = key.rpartition("/")
-    if (prefix and not _DNS_SUBDOMAIN.match(prefix)) or not _LABEL_NAME.match(name):
-        raise FieldError(where, "%r is not a valid Kubernetes label key ([prefix/]name, name <= 63 characters)" % key)
-    return key
-
-
-def check_label_value(value: Any, where: str) -> str:
-    # Numbers and booleans from YAML are fine as values once written as text.
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    if value is None or not _LABEL_VALUE.match(text):
-        raise FieldError(
-            where, "%r is not a valid Kubernetes label value (<= 63 characters, alphanumeric ends)" % (value,)
-        )
-    return text
-
-
 def _labels(value: Any, where: str) -> Dict[str, str]:
     return {
         check_label_key(key, "%s[%r]" % (where, key)): check_label_value(val, "%s[%r]" % (where, key))
-        for key, val in _mapping(value, where).items()
+        for key, val in check_mapping(value, where).items()
     }
 
 
 def check_taint(value: Any, where: str) -> Taint:
-    taint = _mapping(value, where)
+    taint = check_mapping(value, where)
     unknown = sorted(set(taint) - {"key", "value", "effect"})
     if unknown:
         raise FieldError("%s.%s" % (where, unknown[0]), "unknown taint field (key, value, effect)")
@@ -217,7 +174,7 @@ def check_taint(value: Any, where: str) -> Taint:
 
 def check_toleration(value: Any, where: str) -> Dict[str, Any]:
     """A pod toleration; refuses the ones that would let a Slurm pod onto a cordoned node."""
-    toleration = _mapping(value, where)
+    toleration = check_mapping(value, where)
     unknown = sorted(set(toleration) - {"key", "operator", "value", "effect", "tolerationSeconds"})
     if unknown:
         raise FieldError("%s.%s" % (where, unknown[0]), "unknown toleration field")
@@ -259,7 +216,7 @@ def check_pool_name(name: Any, where: str) -> str:
 
 def parse_pool(raw: Any, where: str, require_selector: bool = False) -> NodePool:
     """One pool from the inventory; ``where`` is its field path (``gpufleet_node_pools[0]``)."""
-    pool = _mapping(raw, where)
+    pool = check_mapping(raw, where)
     unknown = sorted(set(pool) - set(POOL_FIELDS))
     if unknown:
         raise FieldError("%s.%s" % (where, unknown[0]), "unknown pool field (known: %s)" % ", ".join(POOL_FIELDS))
@@ -272,14 +229,14 @@ def parse_pool(raw: Any, where: str, require_selector: bool = False) -> NodePool
         return POOL_FIELDS[key] if value is None else value
 
     name = check_pool_name(get("name"), where + ".name")
-    count = _int_in(get("count"), where + ".count", 1, MAX_NODES_PER_POOL)
-    spares = _int_in(get("spares"), where + ".spares", 0, MAX_NODES_PER_POOL)
+    count = check_int(get("count"), where + ".count", 1, MAX_NODES_PER_POOL)
+    spares = check_int(get("spares"), where + ".spares", 0, MAX_NODES_PER_POOL)
     if count + spares > MAX_NODES_PER_POOL:
         raise FieldError(
             where + ".spares", "count + spares must be <= %d, got %d" % (MAX_NODES_PER_POOL, count + spares)
         )
     ints = {
-        key: _int_in(get(key), "%s.%s" % (where, key), 1, _MAX[key])
+        key: check_int(get(key), "%s.%s" % (where, key), 1, _MAX[key])
         for key in ("gpus_per_node", "nodes_per_rack", "racks_per_block", "cpus", "memory_mb")
     }
     selector = _labels(get("selector"), where + ".selector")
@@ -292,9 +249,8 @@ def parse_pool(raw: Any, where: str, require_selector: bool = False) -> NodePool
     labels = _labels(get("labels"), where + ".labels")
     if labels.get(POOL_LABEL, name) != name:
         raise FieldError("%s.labels[%r]" % (where, POOL_LABEL), "is set to the pool name %r; leave it out" % name)
-    taints = tuple(
-        check_taint(t, "%s.taints[%d]" % (where, i)) for i, t in enumerate(_sequence(get("taints"), where + ".taints"))
-    )
+    raw_taints = check_sequence(get("taints"), where + ".taints")
+    taints = tuple(check_taint(t, "%s.taints[%d]" % (where, i)) for i, t in enumerate(raw_taints))
     seen_taints = set()
     for i, taint in enumerate(taints):
         if (taint.key, taint.effect) in seen_taints:
@@ -302,7 +258,7 @@ def parse_pool(raw: Any, where: str, require_selector: bool = False) -> NodePool
         seen_taints.add((taint.key, taint.effect))
     tolerations = tuple(
         check_toleration(t, "%s.tolerations[%d]" % (where, i))
-        for i, t in enumerate(_sequence(get("tolerations"), where + ".tolerations"))
+        for i, t in enumerate(check_sequence(get("tolerations"), where + ".tolerations"))
     )
     return NodePool(
         name=name,
@@ -322,7 +278,7 @@ def parse_pools(raw: Any, variable: str = POOLS_VARIABLE, require_selector: bool
     """Every pool of the list; names must be unique. ``variable`` is used in error messages."""
     pools: List[NodePool] = []
     seen: Dict[str, int] = {}
-    for position, item in enumerate(_sequence(raw, variable)):
+    for position, item in enumerate(check_sequence(raw, variable)):
         where = "%s[%d]" % (variable, position)
         pool = parse_pool(item, where, require_selector)
         if pool.name in seen:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_mapping, check_sequence
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import (
     POOL_LABEL,
     NodePool,
@@ -157,28 +158,20 @@ def _prefix(variable: str) -> str:
     return variable if variable.endswith("_") else variable + "."
 
 
+# The shared field checks, raising SlinkyValuesError as every check of this module does.
 def _int_at_least(value: Any, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or value is None:
-        raise SlinkyValuesError(field, "must be an integer, got %r" % (value,))
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise SlinkyValuesError(field, "must be an integer, got %r" % (value,)) from None
-    if number < minimum:
-        raise SlinkyValuesError(field, "must be >= %d, got %d" % (minimum, number))
-    return number
+    with _as_values_error():
+        return check_int(value, field, minimum)
 
 
 def _mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SlinkyValuesError(field, "must be a dict, got %s" % type(value).__name__)
-    return value
+    with _as_values_error():
+        return check_mapping(value, field)
 
 
 def _sequence(value: Any, field: str) -> Sequence[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise SlinkyValuesError(field, "must be a list, got %s" % type(value).__name__)
-    return value
+    with _as_values_error():
+        return check_sequence(value, field)
 
 
 def _matching(value: Any, field: str, pattern: "re.Pattern[str]", what: str) -> str:

@@ -71,9 +71,14 @@ def restore_node(client):
                  lambda name=name: client.nodes(names=[name], with_jobs=False)[name].flags == ())
 
 
+def own(nodes, pool):
+    """Only the test pool's nodes: earlier lab tests may have added a pool (add-node-pool)."""
+    return {name: node for name, node in nodes.items() if name.startswith(pool["name"] + "-")}
+
+
 def test_nodes_lists_the_active_nodes_idle_with_their_gpus(client, active, pool):
     assert client.version().at_least(22, 5)
-    nodes = client.nodes()
+    nodes = own(client.nodes(), pool)
     assert list(nodes) == active
     for node in nodes.values():
         assert (node.state, node.flags, node.reason) == ("IDLE", (), None), node
@@ -83,7 +88,7 @@ def test_nodes_lists_the_active_nodes_idle_with_their_gpus(client, active, pool)
 
 
 def test_future_also_shows_the_spares(client, active, spares, pool):
-    nodes = client.nodes(future=True)
+    nodes = own(client.nodes(future=True), pool)
     assert list(nodes) == active + spares
     for name in spares:
         assert (nodes[name].state, nodes[name].long_state) == ("FUTURE", "future")
@@ -177,7 +182,7 @@ def test_jobs_on_a_node_signal_requeue_and_cancel(lab, client, active):
                 client.cancel([job_id])
 
 
-def test_module_through_ansible_playbook(lab, tmp_path, active, spares):
+def test_module_through_ansible_playbook(lab, tmp_path, active, spares, pool):
     out = tmp_path / "result.json"
     module = "gpufleet.resilience.slurm_node_info"
     playbook = tmp_path / "node_info.yml"
@@ -204,9 +209,10 @@ def test_module_through_ansible_playbook(lab, tmp_path, active, spares):
     result = json.loads(out.read_text())
     every, two, unknown = result["every"], result["two"], result["unknown"]
     assert every["changed"] is False and every["slurm_version"].startswith("22.05")
-    assert [node["name"] for node in every["nodes"]] == active + spares
-    assert [node["state"] for node in every["nodes"]] == ["IDLE"] * len(active) + ["FUTURE"] * len(spares)
-    assert {node["gpus"] for node in every["nodes"]} == {8}
+    mine = [node for node in every["nodes"] if node["name"].startswith(pool["name"] + "-")]
+    assert [node["name"] for node in mine] == active + spares
+    assert [node["state"] for node in mine] == ["IDLE"] * len(active) + ["FUTURE"] * len(spares)
+    assert {node["gpus"] for node in mine} == {8}
     assert set(every["nodes"][0]) >= {"name", "state", "flags", "reason", "gres", "gpus", "features", "weight",
                                       "cpus", "memory_mb", "partitions", "jobs"}
     assert [node["name"] for node in two["nodes"]] == [active[0], active[1]]
