@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """The NVML reader against a real driver, side by side with the lab's fake NVML.
@@ -47,7 +47,7 @@ def read(library_path: Optional[str]) -> Dict[str, Any]:
         inventory = [dataclasses.asdict(gpu) for gpu in reader.inventory()]
         snapshots = reader.snapshot()
         timings: List[float] = []
-        for _ in range(SNAPSHOT_ROUNDS):
+        for _round in range(SNAPSHOT_ROUNDS):
             began = time.perf_counter()
             reader.snapshot()
             timings.append((time.perf_counter() - began) * 1000.0)
