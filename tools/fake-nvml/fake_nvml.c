@@ -3,8 +3,10 @@
  * Apache License 2.0 (see LICENSE)
  *
  * A fake libnvidia-ml.so.1 for the lab: the subset of NVML that the health agent reads through
- * pynvml, answered from the state files of one simulated node (GPUFLEET_FAKE_NVML_DIR). The state
- * format belongs to plugins/module_utils/lab/fake_gpu_state.py; README.md describes both.
+ * pynvml, and the identity calls other consumers (go-nvml) enumerate GPUs with, answered from the
+ * state files of one simulated node (GPUFLEET_FAKE_NVML_DIR). The state format belongs to
+ * plugins/module_utils/lab/fake_gpu_state.py; README.md describes both. Every other function of
+ * nvml.h is a generated NOT_SUPPORTED stub (gen_stubs.py -> fake_nvml_stubs.c, at build time).
  *
  * State is re-read whenever a file's inode or mtime changes (writers rename a new file into
  * place), so faults injected at run time show up on the next call without re-initialising.
@@ -453,6 +455,30 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlD
     return find_device(bus_id_matches, wanted, device);
 }
 
+/*
+ * The unversioned v1 entry points that NVML_NO_UNVERSIONED_FUNC_DEFS declares with the same
+ * signature as their successors: older consumers call these, and they behave the same here.
+ */
+EXPORT nvmlReturn_t nvmlInit(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
 /* ------------------------------------------------------------------ identity */
 
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
@@ -497,6 +523,101 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *
     pci->bus = bus[1];
     pci->device = bus[2];
     pci->pciDeviceId = (unsigned int)g.pci_device_id;
+    return NVML_SUCCESS;
+}
+
+/*
+ * What a consumer asks first when it enumerates GPUs (go-nvml, go-nvlib, the device plugin): these
+ * follow from the GPU's NVML name. The part numbers have the form of real ones but are made up.
+ */
+static const struct model {
+    const char *match; /* substring of the NVML name; the first match wins */
+    unsigned int arch, cc_major, cc_minor;
+    const char *part_number;
+} models[] = {
+    {"GB200", NVML_DEVICE_ARCH_BLACKWELL, 10, 0, "699-2G548-0200-000"},
+    {"B200", NVML_DEVICE_ARCH_BLACKWELL, 10, 0, "699-2G525-0200-000"},
+    {"H200", NVML_DEVICE_ARCH_HOPPER, 9, 0, "699-2G530-0200-000"},
+    {"H100", NVML_DEVICE_ARCH_HOPPER, 9, 0, "699-2G520-0200-000"},
+    {"H800", NVML_DEVICE_ARCH_HOPPER, 9, 0, "699-2G520-0280-000"},
+    {"L40", NVML_DEVICE_ARCH_ADA, 8, 9, "699-2G133-0200-000"},
+    {"L4", NVML_DEVICE_ARCH_ADA, 8, 9, "699-2G193-0200-000"},
+    {"A100", NVML_DEVICE_ARCH_AMPERE, 8, 0, "699-2G506-0200-000"},
+    {"A30", NVML_DEVICE_ARCH_AMPERE, 8, 0, "699-2G188-0200-000"},
+    {"A10", NVML_DEVICE_ARCH_AMPERE, 8, 6, "699-2G133-0220-000"},
+    {"A40", NVML_DEVICE_ARCH_AMPERE, 8, 6, "699-2G133-0210-000"},
+    {"V100", NVML_DEVICE_ARCH_VOLTA, 7, 0, "699-2G503-0200-000"},
+    {"T4", NVML_DEVICE_ARCH_TURING, 7, 5, "699-2G183-0200-000"},
+};
+/* Any other name: the lab's default product is an H100, so an unknown one reads as Hopper. */
+static const struct model default_model = {"", NVML_DEVICE_ARCH_HOPPER, 9, 0, "699-2G520-0200-000"};
+
+static const struct model *model_of(const struct gpu_state *g)
+{
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        if (strstr(g->name, models[i].match))
+            return &models[i];
+    return &default_model;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    LOAD_OR_RETURN(device, g);
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *major = (int)model_of(&g)->cc_major;
+    *minor = (int)model_of(&g)->cc_minor;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
+{
+    LOAD_OR_RETURN(device, g);
+    if (!arch)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *arch = model_of(&g)->arch;
+    return NVML_SUCCESS;
+}
+
+/* Data-centre GPUs since Ampere say "NVIDIA" (nvidia-smi: Product Brand). */
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    LOAD_OR_RETURN(device, g);
+    if (!type)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *type = NVML_BRAND_NVIDIA;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    LOAD_OR_RETURN(device, g);
+    return copy_string(partNumber, length, model_of(&g)->part_number);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    LOAD_OR_RETURN(device, g);
+    return copy_string(version, length, "96.00.99.00.01");
+}
+
+/* /dev/nvidia<minor>: the lab numbers device nodes like the GPUs. */
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    LOAD_OR_RETURN(device, g);
+    if (!minorNumber)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = device->index;
+    return NVML_SUCCESS;
+}
+
+/* Every handle we give out is a whole GPU; MIG itself (nvmlDeviceGetMigMode...) is NOT_SUPPORTED. */
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    LOAD_OR_RETURN(device, g);
+    if (!isMigDevice)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = 0;
     return NVML_SUCCESS;
 }
 
@@ -819,4 +940,9 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
             nanosleep(&pause, NULL);
         }
     }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return nvmlEventSetWait_v2(set, data, timeoutms);
 }
