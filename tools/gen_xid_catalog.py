@@ -25,11 +25,15 @@ Derivations (the catalog states buckets, not our actions or a fatal/non-fatal fl
   tell whether a job used UVM, so it takes the branch that is safe for the job.
   An empty bucket (XIDs 162-172 in this catalog) -> CONTACT_SUPPORT, the catalog's own default.
 * severity - "fatal" when the action takes the GPU out of service (RESET_GPU, DRAIN_AND_RESET,
-  RESTART_BM, RESTART_VM), else "non-fatal". XID 154 gets its severity at run time from its text.
+  RESTART_BM, RESTART_VM) or hands it to a human (CONTACT_SUPPORT: the node is fenced and held
+  until somebody looks), else "non-fatal". XID 154 gets its severity at run time from its text.
 * NVLink5 decode rows - severity "non-fatal" when the sheet's Severity starts with "Non-fatal"
   ("Non-fatal*" rows become fatal at run time when their action-2 pattern applies), else "fatal"
-  (Fatal, Fatal**, Link Fatal, Link Fatal?). Bit patterns are 32 characters, MSB first: "-" is
-  don't-care, so each becomes a (care mask, value) pair.
+  (Fatal, Fatal**, Link Fatal, Link Fatal?). A row whose action is IGNORE is always "non-fatal",
+  whatever its Severity column says (two XID 149 rows say "Fatal"/"Link Fatal" next to IGNORE:
+  the link event is fatal to the link, not to the GPU); ``severity_raw`` keeps the sheet's word.
+  Bit patterns are 32 characters, MSB first: "-" is don't-care, so each becomes a (care mask,
+  value) pair.
 
 An unknown bucket or a changed header stops the generator: a new catalog must be reviewed, not
 silently mapped.
@@ -78,6 +82,8 @@ BUCKET_ACTIONS = {
     "": "CONTACT_SUPPORT",
 }
 OUT_OF_SERVICE = {"RESET_GPU", "DRAIN_AND_RESET", "RESTART_BM", "RESTART_VM"}
+# Actions whose XID fences the node: out of service, or held for a human.
+FATAL_ACTIONS = OUT_OF_SERVICE | {"CONTACT_SUPPORT"}
 DECODE_ACTIONS = {"IGNORE", "RESET_GPU", "XID_154_EVAL"}
 
 CATALOG_HEADER = [
@@ -171,7 +177,7 @@ def catalog_entries(rows: list[list[str]]) -> list[dict]:
             mnemonic=mnemonic,
             name=mnemonic.split("/")[0].strip(),
             description=description,
-            severity="fatal" if action in OUT_OF_SERVICE else "non-fatal",
+            severity="fatal" if action in FATAL_ACTIONS else "non-fatal",
             action=action,
             immediate_bucket=bucket,
             investigatory_bucket=one_line(row[9]),
@@ -220,7 +226,8 @@ def decode_rules(rows: list[list[str]]) -> list[dict]:
             error_status=parse_status(row[4], where),
             action=action,
             investigatory_action=one_line(row[9]),
-            severity="non-fatal" if severity_raw.lower().startswith("non-fatal") else "fatal",
+            severity=("non-fatal" if action == "IGNORE" or severity_raw.lower().startswith("non-fatal")
+                      else "fatal"),
             severity_raw=severity_raw,
             hw_sw=one_line(row[11]),
             local_remote=clean(row[12]),

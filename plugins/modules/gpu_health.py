@@ -19,8 +19,9 @@ description:
     the driver's C(Xid) lines in the kernel log.
   - Each XID is classified with NVIDIA's XID catalog, including its context rules. XID 45 counts only
     when it comes alone; XID 48 with 63 or 64 means V(DRAIN_AND_RESET); XID 154 takes its action
-    from its recovery-action text; XIDs 74 and 144-150 need decoding and keep their raw text. An
-    unknown XID is reported (V(CONTACT_SUPPORT), non-fatal until repeated), never dropped.
+    from its recovery-action text; XIDs 74 and 144-150 need decoding and keep their raw text. A
+    catalog XID whose action is V(CONTACT_SUPPORT) fences the node (fatal). An unknown XID is
+    reported (V(CONTACT_SUPPORT), non-fatal until repeated), never dropped.
   - Read-only. It never acts on the node; remediation playbooks act on its verdict.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
@@ -44,6 +45,15 @@ options:
       - Returns as soon as an event arrives, with any others already queued.
     type: float
     default: 0
+  driver_version:
+    description:
+      - Version of the NVIDIA driver that wrote the kernel log, for example V(575.51.03).
+      - Picks the column of NVIDIA's XID 144-150 decode table (drivers before R575 and from R575
+        encode IntrInfo differently).
+      - Defaults to the version NVML reports when O(nvml=true). Without either, a decode the two
+        columns disagree on is reported as ambiguous (RV(faults[].decode) V(ambiguous)) with
+        action V(DECODE).
+    type: str
   nvml:
     description: Read NVML. V(false) judges the kernel log alone (for hosts without the driver).
     type: bool
@@ -142,6 +152,19 @@ faults:
     source:
       description: V(nvml) or V(kernel_log).
       type: str
+    decode:
+      description:
+        - XIDs 144-150 only, else V(null). The decode column that placed the message, V(V1)
+          (driver before R575), V(V2) (from R575), V(V1/V2), or V(ambiguous) when no driver
+          version was known and the columns disagree.
+      type: str
+    decode_candidates:
+      description: With V(ambiguous), both candidate rows and their outcomes.
+      type: list
+      elements: str
+    location:
+      description: XID 13 only, the C(GPC g, TPC t) its repeats were grouped by.
+      type: str
   sample:
     - xid: 79
       gpu_index: 3
@@ -166,6 +189,11 @@ thresholds:
   description: The thresholds in effect.
   returned: always
   type: dict
+driver_version:
+  description: The driver version used for the XID 144-150 decode, or V(null) when unknown.
+  returned: always
+  type: str
+  sample: 575.51.03
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -181,6 +209,7 @@ def argspec():
         since=dict(type="str"),
         wait_for_xid=dict(type="float", default=0),
         nvml=dict(type="bool", default=True),
+        driver_version=dict(type="str"),
         thresholds=dict(type="dict", default={}),
     ))
 
@@ -192,6 +221,7 @@ def main():
         result = judge_node(
             kernel_log=params["kernel_log"], since=params["since"], wait_for_xid=params["wait_for_xid"],
             use_nvml=params["nvml"], thresholds=params["thresholds"], library_path=params["library_path"],
+            driver_version=params["driver_version"],
         )
     except HealthError as exc:
         module.fail_json(msg=str(exc))

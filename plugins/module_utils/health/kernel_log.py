@@ -13,7 +13,8 @@ Recognised messages (the driver's own format strings):
 * "fallen off the bus" without an Xid: the three-line ``NVRM: The NVIDIA GPU 0000:3b:00.0`` /
   ``NVRM: (PCI ID: 10de:2330) installed in this system has`` / ``NVRM: fallen off the bus and
   is not responding to commands.``, and the one-line ``NVRM: GPU 0000:3b:00.0: GPU has fallen
-  off the bus.`` (kind ``fallen_off_bus``, XID 79);
+  off the bus.`` (also without the PCI domain: ``NVRM: GPU 18:00.0: ...``, read as
+  ``0000:18:00.0``) (kind ``fallen_off_bus``, XID 79);
 * ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>``: not an event, but every event of that PCI id,
   before or after it, gets the UUID.
 
@@ -52,6 +53,9 @@ MAX_LINE = 4096
 FALLEN_HEADER_MAX_LINES = 16
 
 _PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
+# The "fallen off the bus" messages also print the id without its domain (``18:00.0``);
+# normalize_pci_bus_id gives it domain 0000.
+_PCI_OPTIONAL_DOMAIN = r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
 
 # Prefixes, each anchored at the start of what is left of the line.
 _KMSG = re.compile(r"(\d{1,3}),\d{1,20},(\d{1,20}),[^;]{0,16};")
@@ -74,9 +78,11 @@ _MIG_GI = re.compile(r"GPU-I:\s?([0-9A-Fa-f]{1,8})")
 _MIG_CI = re.compile(r"GPU-CI:\s?([0-9A-Fa-f]{1,8})")
 _PID_NAME = re.compile(r"pid=('?<unknown>'?|\d{1,12}),\s{0,4}name=([^,]{0,256}),\s?")
 _UUID_MAP = re.compile(r"NVRM:\s{0,4}GPU at PCI:(" + _PCI + r"):\s{0,4}(GPU-[0-9A-Fa-f-]{8,64})")
-_FALLEN_HEADER = re.compile(r"NVRM:\s{0,4}The NVIDIA GPU (" + _PCI + r")")
+_FALLEN_HEADER = re.compile(r"NVRM:\s{0,4}The NVIDIA GPU (" + _PCI_OPTIONAL_DOMAIN + r")")
 _FALLEN_TAIL = re.compile(r"NVRM:.{0,64}fallen off the bus and is not responding")
-_FALLEN_ONE_LINE = re.compile(r"NVRM:\s{0,4}GPU (" + _PCI + r"):\s{0,4}GPU has fallen off the bus")
+_FALLEN_ONE_LINE = re.compile(
+    r"NVRM:\s{0,4}GPU (?:PCI:)?(" + _PCI_OPTIONAL_DOMAIN + r"):\s{0,4}GPU has fallen off the bus"
+)
 
 _SXID_CONTINUATION = ("Severity ", "Data {")
 

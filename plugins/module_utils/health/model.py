@@ -256,6 +256,13 @@ class Fault:
     first_seen: float | None = None
     last_seen: float | None = None
     kind: str = "xid"  # "xid" | "sxid" | "fallen_off_bus" | "nvml_counter"
+    # XID 144-150 only: which column of the NVLink5 decode sheet placed the message -
+    # "V1" (driver < R575), "V2" (>= R575), "V1/V2" (both agree) or "ambiguous" (no
+    # driver version and the two columns disagree; ``decode_candidates`` names both rows).
+    decode: str | None = None
+    decode_candidates: Tuple[str, ...] = ()
+    # XID 13 only: the "(GPC g, TPC t)" its repeats were grouped by, e.g. "GPC 1, TPC 2".
+    location: str | None = None
 
     @property
     def effective(self) -> bool:
@@ -264,6 +271,7 @@ class Fault:
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
+        data["decode_candidates"] = list(self.decode_candidates)
         data["effective"] = self.effective
         return data
 
@@ -280,7 +288,7 @@ class Thresholds:
 
     window_s: float = 3600.0
     burst_s: float = 30.0
-    # A non-fatal XID (CONTACT_SUPPORT, DECODE, unknown) seen this often turns fatal.
+    # A non-fatal XID (an unknown one, DECODE, a non-fatal CONTACT_SUPPORT) seen this often turns fatal.
     repeat_escalation_count: int = 3
     # An application XID (RESTART_APP) seen this often on one GPU, and on no other
     # GPU, asks for diagnostics (CONTACT_SUPPORT), as the catalog's 13/31 workflows do.

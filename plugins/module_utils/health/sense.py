@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_rules import nvlink5_table_version
 
 
 @dataclass
@@ -96,7 +97,10 @@ def sense_node(
     thresholds: Optional[Thresholds] = None,
     use_nvml: bool = True,
     library_path: Optional[str] = None,
+    driver_version: Optional[str] = None,
 ) -> NodeHealth:
+    """Sense and judge the node. ``driver_version`` is the driver that wrote the kernel log
+    (for logs from elsewhere); by default the one NVML reports, when NVML is used."""
     thresholds = thresholds or Thresholds()
     # dmesg stamps count seconds since this host booted: the log is this host's.
     events = keep_since(parse_kernel_log(read_kernel_log(kernel_log), boot_time=host_boot_time()), since)
@@ -111,8 +115,10 @@ def sense_node(
                 events.extend(reader.wait_for_xid(wait_for_xid))
             snapshots = reader.snapshot()
         events = [_with_identity(event, gpus) for event in events]
-    verdict = evaluate(events=events, snapshots=snapshots, thresholds=thresholds)
-    return NodeHealth(verdict=verdict, gpus=gpus, snapshots=snapshots, events=events, driver_version=driver)
+    if driver_version is None:
+        driver_version = driver
+    verdict = evaluate(events=events, snapshots=snapshots, thresholds=thresholds, driver_version=driver_version)
+    return NodeHealth(verdict=verdict, gpus=gpus, snapshots=snapshots, events=events, driver_version=driver_version)
 
 
 def _with_identity(event: XidEvent, gpus: Sequence[GpuInfo]) -> XidEvent:
@@ -167,6 +173,7 @@ def judge_node(
     use_nvml: bool = True,
     thresholds: Optional[Dict[str, Any]] = None,
     library_path: Optional[str] = None,
+    driver_version: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The gpu_health module's work: check the inputs, sense the node, return the verdict as a dict."""
     if kernel_log is not None and not isinstance(kernel_log, (str, list)):
@@ -175,13 +182,19 @@ def judge_node(
         raise HealthError("wait_for_xid: must be 0 or more seconds")
     if wait_for_xid > 0 and not use_nvml:
         raise HealthError("wait_for_xid: needs nvml=true (XID events come from NVML)")
+    if driver_version is not None:
+        driver_version = str(driver_version).strip() or None
+    if driver_version is not None and nvlink5_table_version(driver_version) is None:
+        raise HealthError("driver_version: %r is not a driver version such as 575.51.03" % (driver_version,))
     limits = build_thresholds(thresholds)
     health = sense_node(kernel_log=kernel_log, since=parse_since(since), wait_for_xid=wait_for_xid,
-                        thresholds=limits, use_nvml=use_nvml, library_path=library_path)
+                        thresholds=limits, use_nvml=use_nvml, library_path=library_path,
+                        driver_version=driver_version)
     result = health.verdict.to_dict()
     result.update(
         gpus=[snapshot.to_dict() for snapshot in health.snapshots],
         events=len(health.events),
         thresholds=asdict(limits),
+        driver_version=health.driver_version,
     )
     return result

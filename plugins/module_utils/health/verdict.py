@@ -90,8 +90,13 @@ def evaluate(
     snapshots: Sequence[GpuSnapshot] = (),
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     now: Optional[float] = None,
+    driver_version: Optional[str] = None,
 ) -> HealthVerdict:
-    """Fold a node's XID events and GPU snapshots into one verdict."""
+    """Fold a node's XID events and GPU snapshots into one verdict.
+
+    ``driver_version`` (e.g. "575.51.03", what NVML reports) picks the NVLink5 decode
+    column for XIDs 144-150; without it a decode the columns disagree on is "ambiguous".
+    """
     thresholds.validate()
     events = list(events or ())
     snapshots = list(snapshots or ())
@@ -99,7 +104,7 @@ def evaluate(
         stamps = [event.timestamp for event in events if event.timestamp is not None]
         now = max(stamps) if stamps else None
     windowed = in_window(events, now, thresholds.window_s)
-    faults = classify(windowed, thresholds, gpus=snapshots)
+    faults = classify(windowed, thresholds, gpus=snapshots, driver_version=driver_version)
     for snapshot in snapshots:
         faults.extend(faults_from_snapshot(snapshot, thresholds))
     faults.sort(key=fault_sort_key)

@@ -17,8 +17,20 @@ these are the rules that read it (all "on the same GPU, in the window"):
 * XIDs 74 and 144-150 need their registers decoded. 144-150 are decoded with
   the catalog's NVLink5 table when the message carries IntrInfo and the error
   status; otherwise, and always for 74, the action is DECODE with the raw text.
-* An XID missing from the catalog is CONTACT_SUPPORT, non-fatal until repeated,
-  reported with ``unknown=True`` and never dropped.
+* XIDs 144-150: the sheet has one IntrInfo column for drivers before R575 (V1)
+  and one from R575 (V2). With the driver version (NVML gives it) the matching
+  column decides; without it, when the two columns give different outcomes, the
+  fault says ``decode="ambiguous"``, names both candidate rows and asks for DECODE
+  rather than picking the stricter row.
+* A known XID whose catalog action is CONTACT_SUPPORT is fatal: the node is
+  fenced and held for a human. An XID missing from the catalog is
+  CONTACT_SUPPORT, non-fatal until repeated, reported with ``unknown=True`` and
+  never dropped.
+* NVSwitch SXids: classified by code from the Fabric Manager guide where it says
+  more than the "Fatal"/"Non-fatal" word of the line (``SXID_RULES``); otherwise
+  by that word.
+* Action and severity agree everywhere: IGNORE is never fatal, and an action
+  that takes the GPU out of service is always fatal.
 
 Repeats (``Thresholds``) escalate: RESET_GPU/DRAIN_AND_RESET seen
 ``reset_escalation_count`` times means the reset did not hold (RESTART_BM); a
@@ -26,7 +38,10 @@ non-fatal CONTACT_SUPPORT/DECODE/unknown XID seen ``repeat_escalation_count``
 times turns fatal; an application XID (RESTART_APP) seen
 ``app_repeat_escalation_count`` times on one GPU and on no other asks for
 diagnostics (CONTACT_SUPPORT, still non-fatal), as the catalog's XID 13/31
-workflows say. IGNORE faults, XID 45, XID 154 and NVSwitch SXids never escalate.
+workflows say. Repeats are grouped the way the driver reports them: XID 13 by
+GPU, GPC and TPC (from "... on (GPC 1, TPC 2, SM 0)"), XID 31 by GPU and only
+when no other GPU has it. IGNORE faults, XID 45, XID 154 and NVSwitch SXids
+never escalate.
 """
 
 from __future__ import annotations
@@ -52,6 +67,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_cat
     XID_CATALOG,
 )
 
+XID_GR_EXCEPTION = 13
+XID_MMU_FAULT = 31
 XID_PREEMPTIVE_CLEANUP = 45
 XID_DBE = 48
 XID_ROW_REMAP_EVENT = 63
@@ -62,6 +79,44 @@ XID_RECOVERY_ACTION = 154
 NVLINK5_XIDS = frozenset(range(144, 151))
 DECODE_XIDS = NVLINK5_XIDS | {XID_NVLINK}
 NEVER_ESCALATED_XIDS = frozenset((XID_PREEMPTIVE_CLEANUP, XID_RECOVERY_ACTION))
+
+# The NVLink5 decode sheet's IntrInfo columns: V1 for drivers before R575, V2 from R575.
+NVLINK5_V2_DRIVER_MAJOR = 575
+_DRIVER_MAJOR_RE = re.compile(r"^\s*[Rr]?(\d{2,4})(?:[.\s]|$)")
+
+# NVSwitch SXids by code, where NVIDIA's Fabric Manager guide says more than the
+# "Fatal"/"Non-fatal" word the driver prints. Source: "Fabric Manager for NVIDIA
+# NVSwitch Systems" user guide (DU-09883-001 v1.3, October 2023), appendix D,
+# section D.4 "Non-Fatal NVSwitch SXid Errors" (Impact and Recovery columns), as
+# transcribed in GPUd (leptonai/gpud, pkg/nvidia-query/sxid/sxid.go). Codes the
+# guide lists as fatal (D.5, D.6) print "Fatal" and are read from the text.
+# code: (name, severity, action, why)
+_SBE = ("single-bit ECC error", "non-fatal", "IGNORE",
+        "corrected by the NVSwitch hardware, no impact (FM guide D.4) -> IGNORE")
+SXID_RULES = {
+    11004: ("ingress invalid ACL", "fatal", "RESTART_BM",
+            "printed non-fatal, but the GPU's NVLink traffic stalls and later GPU access hangs"
+            " (FM guide D.4); reset the GPUs and NVSwitches -> RESTART_BM"),
+    12028: ("egress non-posted PRIV error", "fatal", "RESTART_BM",
+            "printed non-fatal, but the GPU's NVLink traffic stalls and later GPU access hangs"
+            " (FM guide D.4); reset the GPUs and NVSwitches -> RESTART_BM"),
+    19084: ("AN1 heartbeat timeout", "fatal", "RESTART_BM",
+            "printed non-fatal, but the guide's recovery is to reset all GPUs and NVSwitches"
+            " (FM guide D.4) -> RESTART_BM"),
+    20001: ("TX replay error", "non-fatal", "CONTACT_SUPPORT",
+            "packets retransmitted, NVLink throughput may drop (FM guide D.4) -> CONTACT_SUPPORT"),
+    20012: ("broken/inconsistent connection", "non-fatal", "CONTACT_SUPPORT",
+            "unless an uncoordinated shutdown caused it, check the link's mechanical connections"
+            " (FM guide D.4) -> CONTACT_SUPPORT"),
+    22013: ("Minion link DLREQ interrupt", "non-fatal", "IGNORE",
+            "can be safely ignored (FM guide D.4) -> IGNORE"),
+}
+SXID_RULES.update({code: _SBE for code in (
+    11012, 11021, 11022, 11023, 12021, 12023, 15008, 15011, 19049, 19055, 19057, 19059,
+    19062, 19065, 19068, 19071, 24001, 24002, 24003)})
+
+# XID 13's message names the graphics unit: "Graphics SM Warp Exception on (GPC 1, TPC 2, SM 0)".
+_GPC_TPC_RE = re.compile(r"\bGPC\s*(\d{1,3})\s*,\s*TPC\s*(\d{1,3})", re.IGNORECASE)
 
 # XID 154's recovery action codes: nvml.h nvmlDeviceGpuRecoveryAction_t. The
 # catalog names 0-4; 5-7 are newer NVML values, mapped to the nearest action.
@@ -107,6 +162,31 @@ def worse_action(first: str, second: str) -> str:
 
 def severity_of(action: str) -> str:
     return "fatal" if action in OUT_OF_SERVICE_ACTIONS else "non-fatal"
+
+
+def consistent_severity(action: str, severity: str) -> str:
+    """The severity that agrees with ``action``: IGNORE is never fatal, out-of-service always is."""
+    if action == "IGNORE":
+        return "non-fatal"
+    if action in OUT_OF_SERVICE_ACTIONS:
+        return "fatal"
+    return severity
+
+
+def nvlink5_table_version(driver_version: Optional[str]) -> Optional[str]:
+    """"V1" for a driver before R575, "V2" from R575, None when the version is unknown or unreadable."""
+    if not isinstance(driver_version, str):
+        return None
+    match = _DRIVER_MAJOR_RE.match(driver_version)
+    if match is None:
+        return None
+    return "V2" if int(match.group(1)) >= NVLINK5_V2_DRIVER_MAJOR else "V1"
+
+
+def xid13_location(message: str) -> Optional[str]:
+    """"GPC g, TPC t" of an XID 13 message, or None when it does not say."""
+    match = _GPC_TPC_RE.search(message or "")
+    return "GPC %d, TPC %d" % (int(match.group(1)), int(match.group(2))) if match else None
 
 
 # ------------------------------------------------------------------ XID 154
@@ -155,12 +235,21 @@ class NvLink5Decode:
     intr_info: int
     error_status: int
     link: Optional[int]
+    # "ambiguous" rows: the V1 and V2 outcomes, named, when no driver version chose one.
+    candidates: Tuple[str, ...] = ()
+
+    @property
+    def ambiguous(self) -> bool:
+        return self.version == "ambiguous"
 
     @property
     def detail(self) -> str:
-        return "NVLink5 decode %s %s (IntrInfo 0x%08x, ErrorStatus 0x%08x%s) -> %s" % (
-            self.subcode, self.version, self.intr_info, self.error_status,
-            "" if self.link is None else ", link %d" % self.link, self.action)
+        where = "IntrInfo 0x%08x, ErrorStatus 0x%08x%s" % (
+            self.intr_info, self.error_status, "" if self.link is None else ", link %d" % self.link)
+        if self.ambiguous:
+            return ("NVLink5 decode ambiguous without the driver version (%s): %s; pass driver_version"
+                    " -> DECODE" % (where, " | ".join(self.candidates)))
+        return "NVLink5 decode %s %s (%s) -> %s" % (self.subcode, self.version, where, self.action)
 
 
 def strip_process(message: str) -> str:
@@ -168,8 +257,9 @@ def strip_process(message: str) -> str:
     return _PID_NAME_RE.sub("", message or "", count=1)
 
 
-def _rule_matches(rule: NvLink5DecodeRule, token: Optional[str], intr: int, status: int):
-    """Yield (version, action, severity) for each version of ``rule`` that fits."""
+def _rule_matches(rule: NvLink5DecodeRule, token: Optional[str], intr: int, status: int,
+                  table: Optional[str] = None):
+    """Yield (version, action, severity) for each version of ``rule`` that fits (only ``table``'s when given)."""
     if rule.error_status and status not in rule.error_status:
         return
     versions = (
@@ -177,7 +267,7 @@ def _rule_matches(rule: NvLink5DecodeRule, token: Optional[str], intr: int, stat
         ("V2", rule.subcode_v2, rule.v2_care, rule.v2_value, rule.action2_v2_care, rule.action2_v2_value),
     )
     for version, name, care, value, alt_care, alt_value in versions:
-        if token is not None and token != name:
+        if (token is not None and token != name) or (table is not None and version != table):
             continue
         if rule.action2 and alt_care and (intr & alt_care) == alt_value:
             # The catalog's "promotable" rows: action 2 applies and the error is fatal.
@@ -186,18 +276,28 @@ def _rule_matches(rule: NvLink5DecodeRule, token: Optional[str], intr: int, stat
             yield version, rule.action, rule.severity
 
 
-def _decode_status(xid: int, token: Optional[str], intr: int,
-                   status: int) -> List[Tuple[NvLink5DecodeRule, str, str, str]]:
+def _decode_status(xid: int, token: Optional[str], intr: int, status: int,
+                   table: Optional[str] = None) -> List[Tuple[NvLink5DecodeRule, str, str, str]]:
     found = []
     for rule in NVLINK5_DECODE:
         if rule.xid != xid:
             continue
-        for version, action, severity in _rule_matches(rule, token, intr, status):
-            found.append((rule, version, action, severity))
+        for version, action, severity in _rule_matches(rule, token, intr, status, table):
+            found.append((rule, version, action, consistent_severity(action, severity)))
     return found
 
 
-def decode_nvlink5(xid: int, message: str) -> Optional[NvLink5Decode]:
+def _worst(found):
+    return max(found, key=lambda item: (_DECODE_RANK[item[2]], item[3] == "fatal"))
+
+
+def _candidate(item) -> str:
+    rule, version, action, severity = item
+    return "%s (%s) row %s -> %s %s" % (
+        version, "driver < R575" if version == "V1" else "driver >= R575", rule.subcode, action, severity)
+
+
+def decode_nvlink5(xid: int, message: str, driver_version: Optional[str] = None) -> Optional[NvLink5Decode]:
     """Decode an XID 144-150 message with the catalog's table; None when it cannot be placed.
 
     Message shape: ``<SUBCODE> <Fatal|Nonfatal> XC<n> i<n> Link <n> (<IntrInfo>
@@ -206,6 +306,11 @@ def decode_nvlink5(xid: int, message: str) -> Optional[NvLink5Decode]:
     patterns alone decide. An error status with several bits that no row lists
     as a whole is decoded bit by bit and only when every bit decodes. When
     several rows fit, the worst action wins.
+
+    ``driver_version`` (e.g. "575.51.03") picks the sheet's column: V1 before R575,
+    V2 from R575. Without it both columns are tried; when their outcomes differ the
+    result is ``version="ambiguous"`` with action DECODE and both candidate rows
+    named, rather than the stricter row.
     """
     if xid not in NVLINK5_XIDS:
         return None
@@ -219,24 +324,35 @@ def decode_nvlink5(xid: int, message: str) -> Optional[NvLink5Decode]:
     names = {name for rule in NVLINK5_DECODE if rule.xid == xid for name in (rule.subcode_v1, rule.subcode_v2)}
     if token not in names:
         token = None
-    found = _decode_status(xid, token, intr, status)
+    table = nvlink5_table_version(driver_version)
+    found = _decode_status(xid, token, intr, status, table)
     if not found and bin(status).count("1") > 1:
         for bit in range(32):
             if status & (1 << bit):
-                per_bit = _decode_status(xid, token, intr, 1 << bit)
+                per_bit = _decode_status(xid, token, intr, 1 << bit, table)
                 if not per_bit:
                     return None
                 found.extend(per_bit)
     if not found:
         return None
-    worst = max(found, key=lambda item: (_DECODE_RANK[item[2]], item[3] == "fatal"))
-    rule, _version, action, severity = worst
+    link_match = _LINK_RE.search(body)
+    link = int(link_match.group(1)) if link_match else None
+    by_version = {version: _worst([item for item in found if item[1] == version])
+                  for version in sorted({item[1] for item in found})}
+    if table is None and len(by_version) > 1:
+        outcomes = {(item[2], item[3]) for item in by_version.values()}
+        if len(outcomes) > 1:
+            first = by_version["V1"][0]
+            return NvLink5Decode(
+                action="DECODE", severity="non-fatal", investigatory_action=first.investigatory_action,
+                subcode=first.subcode, version="ambiguous", intr_info=intr, error_status=status, link=link,
+                candidates=tuple(_candidate(item) for item in by_version.values()),
+            )
+    rule, _version, action, severity = _worst(found)
     versions = sorted({item[1] for item in found if item[2] == action})
-    link = _LINK_RE.search(body)
     return NvLink5Decode(
         action=action, severity=severity, investigatory_action=rule.investigatory_action,
-        subcode=rule.subcode, version="/".join(versions), intr_info=intr, error_status=status,
-        link=int(link.group(1)) if link else None,
+        subcode=rule.subcode, version="/".join(versions), intr_info=intr, error_status=status, link=link,
     )
 
 
@@ -325,6 +441,8 @@ class _Judgement:
     detail: str
     investigatory_action: Optional[str]
     unknown: bool
+    decode: Optional[str] = None
+    decode_candidates: Tuple[str, ...] = ()
 
 
 def _sort_time(event: XidEvent) -> float:
@@ -333,10 +451,19 @@ def _sort_time(event: XidEvent) -> float:
     return event.uptime_s if event.uptime_s is not None else float("-inf")
 
 
-def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional[RecoveryAction]) -> _Judgement:
+def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional[RecoveryAction],
+                   driver_version: Optional[str] = None) -> _Judgement:
     xid = event.xid
     entry = XID_CATALOG.get(xid)
     if event.kind == "sxid":
+        known = SXID_RULES.get(xid)
+        if known is not None:
+            name, severity, action, why = known
+            return _Judgement(
+                name="NVSWITCH_SXID_%d" % xid, severity=severity, action=action,
+                description="NVSwitch SXid %d (%s)" % (xid, name), detail=why,
+                investigatory_action="CONTACT_SUPPORT", unknown=False,
+            )
         text = event.message.lstrip().lower()
         fatal = text.startswith("fatal")
         return _Judgement(
@@ -377,12 +504,16 @@ def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional
         result = recovery if recovery is not None else recovery_action_from_text(event.message)
         return _Judgement(severity=result.severity, action=result.action, detail=result.detail, **base)
     if xid in NVLINK5_XIDS:
-        decoded = decode_nvlink5(xid, event.message)
+        decoded = decode_nvlink5(xid, event.message, driver_version)
         if decoded is None:
             return _Judgement(severity="non-fatal", action="DECODE",
                               detail="IntrInfo/ErrorStatus not decodable with the NVLink5 table: DECODE the raw text",
                               **base)
         base["investigatory_action"] = decoded.investigatory_action or base["investigatory_action"]
+        base["decode"] = decoded.version
+        base["decode_candidates"] = decoded.candidates
+        if decoded.ambiguous:
+            return _Judgement(severity="non-fatal", action="DECODE", detail=decoded.detail, **base)
         if decoded.action == "XID_154_EVAL":
             if recovery is not None:
                 return _Judgement(severity=recovery.severity, action=recovery.action,
@@ -394,7 +525,14 @@ def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional
     if xid == XID_NVLINK:
         return _Judgement(severity="non-fatal", action="DECODE",
                           detail="decode the NVLink registers in the raw text (catalog WORKFLOW_NVLINK_ERR)", **base)
-    return _Judgement(severity=entry.severity, action=entry.action,
+    if entry.action == "CONTACT_SUPPORT":
+        # A catalog XID that asks for a human fences the node until one has looked;
+        # only an XID outside the catalog waits for repeats (see the unknown branch).
+        return _Judgement(severity="fatal", action="CONTACT_SUPPORT",
+                          detail="catalog bucket %s: fence the node and hold it for a human"
+                                 % (entry.immediate_bucket or "(none), the catalog's default CONTACT_SUPPORT"),
+                          **base)
+    return _Judgement(severity=consistent_severity(entry.action, entry.severity), action=entry.action,
                       detail="catalog bucket %s" % (entry.immediate_bucket or "(none)"), **base)
 
 
@@ -436,7 +574,7 @@ def occurrences(events: Sequence[XidEvent], burst_s: float) -> int:
 
 
 def _escalate(judgement: _Judgement, xid: int, kind: str, count: int, seen_elsewhere: bool,
-              thresholds: Thresholds) -> Tuple[_Judgement, bool]:
+              thresholds: Thresholds, location: Optional[str] = None) -> Tuple[_Judgement, bool]:
     if judgement.action == "IGNORE" or xid in NEVER_ESCALATED_XIDS or kind == "sxid":
         return judgement, False
     if judgement.action in ("RESET_GPU", "DRAIN_AND_RESET") and count >= thresholds.reset_escalation_count:
@@ -444,7 +582,23 @@ def _escalate(judgement: _Judgement, xid: int, kind: str, count: int, seen_elsew
                        detail="%s; seen %d times in the window, so the reset did not hold -> RESTART_BM"
                               % (judgement.detail, count)), True
     if judgement.action == "RESTART_APP":
-        if count >= thresholds.app_repeat_escalation_count and not seen_elsewhere:
+        # Repeats are grouped the way the driver reports them (classify): XID 13 by GPU and
+        # (GPC, TPC) from its text, XID 31 (and the other application XIDs) by GPU. The
+        # catalog's WORKFLOW_XID_13 calls a repeat on the same GPC and TPC a possible hardware
+        # fault whatever other GPUs do; WORKFLOW_XID_31 calls MMU faults repeating on one GPU
+        # hardware and on different GPUs the application. ``app_repeat_escalation_count``
+        # (default 3): one fault is the application's, a second can be the same job
+        # restarted onto the same GPU, a third distinct occurrence (``burst_s`` folds the
+        # lines of one incident) is the "pattern established over multiple runs" the
+        # catalog asks for before running diagnostics.
+        if count < thresholds.app_repeat_escalation_count:
+            return judgement, False
+        if xid == XID_GR_EXCEPTION and location is not None:
+            return replace(judgement, action="CONTACT_SUPPORT",
+                           detail="%s; seen %d times on this GPU at %s: possible hardware fault, run"
+                                  " diagnostics (catalog WORKFLOW_XID_13) -> CONTACT_SUPPORT"
+                                  % (judgement.detail, count, location)), True
+        if not seen_elsewhere:
             return replace(judgement, action="CONTACT_SUPPORT",
                            detail="%s; seen %d times on this GPU and on no other: possible hardware fault, run"
                                   " diagnostics (catalog WORKFLOW_XID_13/31) -> CONTACT_SUPPORT"
@@ -469,12 +623,13 @@ def fault_sort_key(fault: Fault):
 
 
 def classify(events: Sequence[XidEvent], thresholds: Thresholds = DEFAULT_THRESHOLDS,
-             gpus: Sequence[Union[GpuSnapshot, GpuInfo]] = ()) -> List[Fault]:
+             gpus: Sequence[Union[GpuSnapshot, GpuInfo]] = (), driver_version: Optional[str] = None) -> List[Fault]:
     """Classify XID events with the catalog and its context rules: one fault per GPU, XID and outcome.
 
     ``events`` are taken as one window (the verdict engine windows them);
     ``gpus`` (snapshots or inventory) only link identities, so a kernel-log
-    event known by PCI id gets its GPU's index and UUID.
+    event known by PCI id gets its GPU's index and UUID. ``driver_version`` picks
+    the NVLink5 decode column (XID 144-150); None leaves it to the message.
     """
     identities = DeviceIdentities(list(gpus) + list(events))
     by_device: Dict[object, List[XidEvent]] = {}
@@ -486,35 +641,39 @@ def classify(events: Sequence[XidEvent], thresholds: Thresholds = DEFAULT_THRESH
         for event in device_events:
             devices_by_xid.setdefault(event.xid, set()).add(device)
 
-    groups: Dict[Tuple[object, int, _Judgement], List[XidEvent]] = {}
+    groups: Dict[Tuple[object, int, _Judgement, Optional[str]], List[XidEvent]] = {}
     for device, device_events in by_device.items():
         xids_here = sorted({event.xid for event in device_events if event.kind != "sxid"})
         recovery = _current_recovery(device_events)
-        judged = [(event, _judge_catalog(event, xids_here, recovery)) for event in device_events]
+        judged = [(event, _judge_catalog(event, xids_here, recovery, driver_version)) for event in device_events]
         # NVML's event API reports an NVLink5 XID without its registers. When the kernel
         # log has a decodable line of the same XID, the bare report is the same incident
         # and adds nothing: fold it into the decoded fault instead of a separate DECODE.
         decoded = {}
         for event, judgement in judged:
-            if event.xid in NVLINK5_XIDS and judgement.action != "DECODE":
+            if event.xid in NVLINK5_XIDS and judgement.decode is not None:
                 decoded.setdefault(event.xid, judgement)
         for event, judgement in judged:
-            if (event.xid in decoded and judgement.action == "DECODE"
+            if (event.xid in decoded and judgement.action == "DECODE" and judgement.decode is None
                     and _REGISTERS_RE.search(event.message or "") is None):
                 judgement = decoded[event.xid]
-            groups.setdefault((device, event.xid, judgement), []).append(event)
+            located = event.xid == XID_GR_EXCEPTION and event.kind == "xid"
+            location = xid13_location(event.message) if located else None
+            groups.setdefault((device, event.xid, judgement, location), []).append(event)
 
     faults = []
-    for (device, xid, judgement), group in groups.items():
+    for (device, xid, judgement, location), group in groups.items():
         count = occurrences(group, thresholds.burst_s)
         kind = group[-1].kind
         seen_elsewhere = len(devices_by_xid.get(xid, ())) > 1
-        judgement, escalated = _escalate(judgement, xid, kind, count, seen_elsewhere, thresholds)
+        judgement, escalated = _escalate(judgement, xid, kind, count, seen_elsewhere, thresholds, location)
         index, uuid, pci = identities.identity(device)
         latest = max(enumerate(group), key=lambda item: (_sort_time(item[1]), item[0]))[1]
         stamps = [event.timestamp for event in group if event.timestamp is not None]
         faults.append(Fault(
-            name=judgement.name, severity=judgement.severity, action=judgement.action,
+            name=judgement.name, severity=consistent_severity(judgement.action, judgement.severity),
+            action=judgement.action, decode=judgement.decode, decode_candidates=judgement.decode_candidates,
+            location=location,
             source="+".join(sorted({event.source for event in group})),
             message=latest.message, xid=xid, gpu_index=index, gpu_uuid=uuid, pci_bus_id=pci,
             investigatory_action=judgement.investigatory_action, unknown=judgement.unknown, count=count,
