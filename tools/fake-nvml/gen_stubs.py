@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """Generate fake_nvml_stubs.c: a NVML_ERROR_NOT_SUPPORTED body for every function nvml.h declares
