@@ -77,7 +77,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import merge_pools, parse_pools
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import merge_pools
 
 
 def node_pools(
@@ -87,10 +87,7 @@ def node_pools(
     added: Optional[List[Any]] = None,
 ) -> List[Dict[str, Any]]:
     try:
-        if added:
-            merged = merge_pools(pools, added, variable)
-            return [pool.as_dict() for pool in parse_pools(merged, variable, require_selector)]
-        return [pool.as_dict() for pool in parse_pools(pools, variable, require_selector)]
+        return [pool.as_dict() for pool in merge_pools(pools, added or [], variable, require_selector)]
     except FieldError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -54,6 +54,16 @@ class PlaybookResult:
         return sum(host["failed"] for host in self.recap.values())
 
 
+def run_playbook(args: List[str], env: Dict[str, str], timeout: int = 900) -> PlaybookResult:
+    """ansible-playbook ARGS from the repo root; the result with its recap counts."""
+    argv = [str(VENV_BIN / "ansible-playbook"), *args]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    output = done.stdout + done.stderr
+    recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
+                              failed=int(m.group(5))) for m in _RECAP.finditer(output)}
+    return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+
+
 @dataclass
 class Lab:
     lab_dir: Path
@@ -88,13 +98,8 @@ class Lab:
     def playbook(self, name: str, *args: str, extra: Optional[dict] = None, timeout: int = 900) -> PlaybookResult:
         variables = dict(self.extra_vars, gpufleet_lab_dir=str(self.lab_dir))
         variables.update(extra or {})
-        argv = [str(VENV_BIN / "ansible-playbook"), str(REPO / "playbooks" / name), "-e", json.dumps(variables), *args]
-        done = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
-        output = done.stdout + done.stderr
-        recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
-                                  failed=int(m.group(5))) for m in _RECAP.finditer(output)}
-        return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+        argv = [str(REPO / "playbooks" / name), "-e", json.dumps(variables), *args]
+        return run_playbook(argv, self.env(), timeout)
 
     def slurm(self, *argv: str, check: bool = True) -> str:
         done = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=60, check=False)

@@ -324,10 +324,12 @@ def node_as_dict(node: PoolNode) -> Dict[str, Any]:
     return data
 
 
-def merge_pools(inventory: Any, added: Any, variable: str = POOLS_VARIABLE) -> List[Dict[str, Any]]:
+def merge_pools(
+    inventory: Any, added: Any, variable: str = POOLS_VARIABLE, require_selector: bool = False
+) -> List[NodePool]:
     """The inventory's pools followed by pools recorded elsewhere (the lab's add-node-pool
-    records); the inventory wins on a name clash. Both are validated; the result is normalized."""
-    own = parse_pools(inventory, variable)
+    records); the inventory wins on a name clash. Both are validated."""
+    own = parse_pools(inventory, variable, require_selector)
     names = {pool.name for pool in own}
-    extra = [pool for pool in parse_pools(added, "recorded node pools") if pool.name not in names]
-    return [pool.as_dict() for pool in own + extra]
+    recorded = parse_pools(added, "recorded node pools", require_selector)
+    return own + [pool for pool in recorded if pool.name not in names]

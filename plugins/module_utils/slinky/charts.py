@@ -37,7 +37,16 @@ DEFAULT_CHART_VERSION = "1.2.1"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.+-]*)?$")
 
 # The 1.1.2 chart's sample entries, minus ``enabled`` (helm/slurm/values.yaml at v1.1.2).
-# tests/integration/slinky/test_helm_template.py checks them against the chart.
+# tests/integration/slinky/test_helm_template.py checks them against the chart. The bases are
+# deep-copied on use (ChartLine.nodeset/loginset), so sharing the pod spec is safe.
+_POD_SPEC_1_1: Dict[str, Any] = {
+    "resources": {},
+    "initContainers": [],
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "affinity": {},
+    "tolerations": [],
+    "volumes": [],
+}
 _NODESET_1_1: Dict[str, Any] = {
     "scalingMode": "StatefulSet",
     "replicas": 1,
@@ -58,14 +67,7 @@ _NODESET_1_1: Dict[str, Any] = {
     "ssh": {"enabled": False, "extraSshdConfig": None},
     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
     "metadata": {},
-    "podSpec": {
-        "resources": {},
-        "initContainers": [],
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "affinity": {},
-        "tolerations": [],
-        "volumes": [],
-    },
+    "podSpec": _POD_SPEC_1_1,
 }
 _LOGINSET_1_1: Dict[str, Any] = {
     "replicas": 1,
@@ -81,14 +83,7 @@ _LOGINSET_1_1: Dict[str, Any] = {
     "rootSshAuthorizedKeys": None,
     "extraSshdConfig": None,
     "metadata": {},
-    "podSpec": {
-        "resources": {},
-        "initContainers": [],
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "affinity": {},
-        "tolerations": [],
-        "volumes": [],
-    },
+    "podSpec": _POD_SPEC_1_1,
     "service": {"metadata": {}, "spec": {"type": "LoadBalancer"}},
 }
 

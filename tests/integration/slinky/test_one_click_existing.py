@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import _RECAP, REPO, VENV_BIN, PlaybookResult
+from lab_harness import REPO, PlaybookResult, run_playbook
 from slinky_helpers import helm_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -104,14 +104,8 @@ def _ignore_missing(call, *args):
 
 def one_click(lab, inventory: Path, *args: str) -> PlaybookResult:
     """ansible-playbook as a site runs it: its inventory, no lab extra vars."""
-    argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "one-click-slurm.yml"),
-            *args]
-    env = lab.env()
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
-    output = done.stdout + done.stderr
-    recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
-                              failed=int(m.group(5))) for m in _RECAP.finditer(output)}
-    return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+    return run_playbook(["-i", str(inventory), str(REPO / "playbooks" / "one-click-slurm.yml"), *args],
+                        lab.env(), timeout=1200)
 
 
 def helm_releases(lab) -> dict:

@@ -209,8 +209,8 @@ def test_merge_keeps_the_inventory_pool_on_a_clash_and_normalizes() -> None:
     merged = merge_pools(
         [{"name": "gpu-a", "count": 8}], [{"name": "gpu-a", "count": 2}, {"name": "gpu-b", "count": "2"}]
     )
-    assert [(p["name"], p["count"]) for p in merged] == [("gpu-a", 8), ("gpu-b", 2)]
-    assert merged[1]["spares"] == 0
+    assert [(p.name, p.count) for p in merged] == [("gpu-a", 8), ("gpu-b", 2)]
+    assert merged[1].spares == 0
     with pytest.raises(FieldError, match=r"^recorded node pools\[0\]\.count"):
         merge_pools([], [{"name": "gpu-b", "count": -1}])
 
