@@ -20,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 # Ports of the test lab: below the ephemeral range, apart from `make lab` (1xxxx)
-# and the molecule scenarios (22xxx-27xxx).
-TEST_LAB_VARS = {
+# and the molecule scenarios (22xxx-27xxx). GPUFLEET_TEST_LAB_PORT_OFFSET shifts every port
+# (with GPUFLEET_TEST_LAB_DIR, a second test lab can run beside the first).
+PORT_OFFSET = int(os.environ.get("GPUFLEET_TEST_LAB_PORT_OFFSET", "0"))
+TEST_LAB_PORTS = {
     "kubernetes_lab_etcd_client_port": 20379,
     "kubernetes_lab_etcd_peer_port": 20380,
     "kubernetes_lab_apiserver_port": 20443,
@@ -30,6 +32,9 @@ TEST_LAB_VARS = {
     "kubernetes_lab_kwok_port": 20247,
     "slurm_slurmctld_port": 20817,
     "slurm_slurmd_port_base": 21001,
+}
+TEST_LAB_VARS = {
+    **{name: port + PORT_OFFSET for name, port in TEST_LAB_PORTS.items()},
     "gpufleet_node_pools": [{
         "name": "gpu-a", "count": 4, "spares": 2, "gpus_per_node": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3",
         "zone": "lab-zone-a", "nodes_per_rack": 2, "racks_per_block": 2, "cpus": 16, "memory_mb": 65536,

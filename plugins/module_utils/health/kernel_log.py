@@ -167,7 +167,9 @@ def _process(message: str) -> Tuple[Optional[int], Optional[str]]:
 class KernelLogParser:
     """Stateful parser for one log: joins multi-line messages and maps PCI ids to UUIDs.
 
-    ``feed`` lines in order, then ``finish`` for the events (with UUIDs applied).
+    ``feed`` lines in order, then ``finish`` for the events (with UUIDs applied); a follower of a
+    live log calls ``take`` after each read instead, and the parser keeps its PCI-to-UUID map and
+    any half-read multi-line message between reads.
     """
 
     def __init__(self, boot_time: Optional[float] = None) -> None:
@@ -272,6 +274,12 @@ class KernelLogParser:
             message="GPU has fallen off the bus and is not responding to commands",
             timestamp=self._stamp(timestamp, uptime), uptime_s=uptime, raw="\n".join(lines),
         ))
+
+    def take(self) -> List[XidEvent]:
+        """The events completed since the last ``take`` (for a follower that reads a live log)."""
+        events = self.finish()
+        self.events = []
+        return events
 
     def finish(self) -> List[XidEvent]:
         if not self.uuid_by_pci:

@@ -1,0 +1,109 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The optional fast fence: drain this node's Slurm node the moment its verdict turns fatal.
+
+The remediation loop takes seconds to minutes (alert, rulebook, playbook). The fence closes that
+gap for new work only: the node is set DRAIN - running jobs keep running until remediation
+signals them - with a reason starting ``gpufleet:`` and without Slinky's ``slurm-operator:``
+prefix, so the operator leaves it alone.
+
+* It never resumes a node; putting a node back is remediation's decision, after a repair.
+* A node already DRAIN or DOWN keeps its state and its reason (somebody, maybe a human, set it).
+* It fences once per fatal episode; a failure (Slurm down) is retried with a capped backoff until
+  it succeeds or the verdict is no longer fatal.
+* ``scontrol`` runs in the fence's own thread: a hung controller never stalls sensing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+
+LOG = logging.getLogger("gpufleet.agent.fence")
+REASON_PREFIX = "gpufleet:"
+SCONTROL_TIMEOUT = 5.0
+BACKOFF_MAX = 30.0
+
+
+def fence_reason(condition_reason: str, message: str) -> str:
+    """``gpufleet: Xid79 GPU 3 (GPU-..., 0000:3b:00.0) (agent fast fence)`` - one short line."""
+    head = message.split(": ", 1)[1] if ": " in message else message
+    head = head.split(";", 1)[0].split(": XID", 1)[0].split(": SXID", 1)[0]
+    text = "%s %s %s (agent fast fence)" % (REASON_PREFIX, condition_reason, head.strip())
+    return " ".join(text.split())[:200]
+
+
+def slurm_client(slurm_conf: Optional[str], bin_dir: Optional[str]) -> SlurmClient:
+    return SlurmClient(SlurmRunner(slurm_conf=slurm_conf, bin_dir=bin_dir, timeout=SCONTROL_TIMEOUT))
+
+
+class FastFence:
+    def __init__(self, node: str, client_factory: Callable[[], Any], on_error: Callable[[str], None],
+                 on_fenced: Callable[[str, str], None]) -> None:
+        self.node = node
+        self.client_factory = client_factory
+        self.on_error = on_error
+        self.on_fenced = on_fenced
+        self._wanted: Optional[str] = None  # the reason while fatal, None otherwise
+        self._done = False
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="fast-fence", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    def update(self, fatal: bool, reason: str) -> None:
+        """Called by the loop on every verdict; cheap and non-blocking."""
+        with self._wake:
+            if not fatal:
+                self._wanted, self._done = None, False  # a new fatal episode fences again
+                return
+            if self._wanted is None and not self._done:
+                self._wanted = reason
+                self._wake.notify()
+
+    def _run(self) -> None:
+        backoff = 0.0
+        while True:
+            with self._wake:
+                while not self._stop and (self._wanted is None or self._done):
+                    self._wake.wait()
+                if self._stop:
+                    return
+                reason = self._wanted
+            try:
+                outcome = self._fence(reason)
+                with self._wake:
+                    if self._wanted == reason:
+                        self._done = True
+                self.on_fenced(outcome, reason)
+                backoff = 0.0
+            except Exception as exc:  # SlurmError, a missing scontrol, a timeout
+                self.on_error("fast fence of %s: %s" % (self.node, exc))
+                backoff = min(BACKOFF_MAX, max(0.5, backoff * 2))
+                with self._wake:
+                    if not self._stop:
+                        self._wake.wait(backoff)
+
+    def _fence(self, reason: str) -> str:
+        client = self.client_factory()
+        started = time.monotonic()
+        node = client.nodes([self.node], with_jobs=False)[self.node]
+        if node.state == "DOWN" or "DRAIN" in node.flags:
+            LOG.info("fast fence: %s is already %s (%s); left as it is", self.node, node.long_state, node.reason)
+            return "kept:%s" % node.long_state
+        client.set_node_state(self.node, "DRAIN", reason)
+        LOG.info("fast fence: drained %s in %.3fs: %s", self.node, time.monotonic() - started, reason)
+        return "drained"

@@ -1,0 +1,259 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Follow a kernel log and hand its XID events to the agent, as they are written.
+
+Three followers, one per ``kernel_log.source``:
+
+* ``kmsg``: ``/dev/kmsg``, from its end. One ``read`` returns one record; ``EPIPE`` means the
+  ring buffer overwrote records we had not read yet - counted as an error, then reading goes on
+  from the oldest record still there.
+* ``journal``: ``journalctl -k -f -n 0 -o short-iso``, restarted if it exits.
+* ``file``: a plain file (the lab keeps one per simulated node), from its end, like ``tail -F``:
+  a rotated (renamed or deleted, then re-created) file is read from its start, a truncated one
+  from its new end, and a missing one is waited for. Changes wake the follower through inotify
+  on the file's directory; without inotify it polls every 0.1 s.
+
+Each follower owns a ``KernelLogParser``, so multi-line messages (fallen off the bus) and the
+driver's PCI-to-UUID lines carry over between reads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import select
+import subprocess
+import threading
+import time
+from typing import Callable, List, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.kernel_log import KernelLogParser
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import host_boot_time
+
+LOG = logging.getLogger("gpufleet.agent.kernel_log")
+EventSink = Callable[[List[XidEvent]], None]
+ErrorSink = Callable[[str], None]
+
+# inotify(7) masks.
+IN_MODIFY = 0x002
+IN_ATTRIB = 0x004
+IN_CLOSE_WRITE = 0x008
+IN_MOVED_FROM = 0x040
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+_WATCH_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+POLL_S = 0.1
+RECHECK_S = 1.0  # even with inotify, look at the file this often (a missed rename costs at most this)
+KMSG_RECORD_MAX = 8192
+
+
+class Follower:
+    """A thread that reads one log and calls ``sink`` with the XID events of each read."""
+
+    name = "kernel-log"
+
+    def __init__(self, sink: EventSink, on_error: ErrorSink) -> None:
+        self.sink = sink
+        self.on_error = on_error
+        self.parser = KernelLogParser(boot_time=host_boot_time())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._guarded, name=self.name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._close()
+        self._thread.join(timeout)
+
+    def _close(self) -> None:
+        """Release what the follower holds so a blocked read returns."""
+
+    def feed(self, lines: List[str]) -> None:
+        for line in lines:
+            self.parser.feed(line)
+        events = self.parser.take()
+        if events:
+            self.sink(events)
+
+    def _guarded(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run()
+            except Exception as exc:  # one bad read must not end kernel-log watching
+                self.on_error("%s follower: %s" % (self.name, exc))
+                LOG.warning("%s follower failed, restarting in 1s: %s", self.name, exc)
+                self._stop.wait(1.0)
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class _Inotify:
+    """A directory watch through libc's inotify; ``wait`` returns on a change or after ``timeout``."""
+
+    def __init__(self, directory: str) -> None:
+        self.fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return
+            if libc.inotify_add_watch(fd, os.fsencode(directory), _WATCH_MASK) < 0:
+                os.close(fd)
+                return
+            self.fd = fd
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def wait(self, timeout: float) -> None:
+        if self.fd < 0:
+            time.sleep(min(timeout, POLL_S))
+            return
+        ready, _w, _x = select.select([self.fd], [], [], timeout)
+        if ready:
+            try:
+                while os.read(self.fd, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class FileFollower(Follower):
+    name = "kernel-log-file"
+
+    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink, from_start: bool = False) -> None:
+        super().__init__(sink, on_error)
+        self.path = path
+        self.from_start = from_start
+        self.rotations = 0
+
+    def run(self) -> None:
+        directory = os.path.dirname(os.path.abspath(self.path)) or "."
+        watch = _Inotify(directory) if os.path.isdir(directory) else _Inotify("/nonexistent")
+        handle = None
+        inode = None
+        partial = b""
+        first_open = True
+        try:
+            while not self._stop.is_set():
+                if handle is None:
+                    try:
+                        handle = open(self.path, "rb")  # noqa: SIM115 - held across loop turns, closed in finally
+                    except FileNotFoundError:
+                        watch.wait(RECHECK_S)
+                        if watch.fd < 0 and os.path.isdir(directory):
+                            watch = _Inotify(directory)
+                        continue
+                    inode = os.fstat(handle.fileno()).st_ino
+                    if first_open and not self.from_start:
+                        handle.seek(0, os.SEEK_END)
+                    first_open = False
+                    partial = b""
+                chunk = handle.read()
+                if chunk:
+                    data = partial + chunk
+                    lines = data.split(b"\n")
+                    partial = lines.pop()
+                    self.feed([line.decode("utf-8", errors="replace") for line in lines])
+                    continue
+                # Nothing new: has the file been rotated, deleted or truncated?
+                try:
+                    status = os.stat(self.path)
+                except FileNotFoundError:
+                    status = None
+                if status is None or status.st_ino != inode:
+                    handle.close()
+                    handle = None
+                    self.rotations += 1
+                    if partial:
+                        self.feed([partial.decode("utf-8", errors="replace")])
+                    continue
+                if status.st_size < handle.tell():
+                    handle.seek(0, os.SEEK_END)  # truncated in place: its old lines are gone
+                    partial = b""
+                watch.wait(RECHECK_S)
+        finally:
+            if handle is not None:
+                handle.close()
+            watch.close()
+
+
+class KmsgFollower(Follower):
+    name = "kernel-log-kmsg"
+
+    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink) -> None:
+        super().__init__(sink, on_error)
+        self.path = path
+        self.overruns = 0
+        self._fd = -1
+
+    def run(self) -> None:
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.lseek(self._fd, 0, os.SEEK_END)  # from the end: old faults are the boot's, not news
+            while not self._stop.is_set():
+                try:
+                    record = os.read(self._fd, KMSG_RECORD_MAX)
+                except BlockingIOError:
+                    select.select([self._fd], [], [], RECHECK_S)
+                    continue
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:
+                        # The ring buffer wrapped past us; the next read returns the oldest record left.
+                        self.overruns += 1
+                        self.on_error("kmsg ring buffer overrun: records were lost")
+                        continue
+                    raise
+                # A record is "prio,seq,usec,flags;message\n" then " KEY=value" lines.
+                self.feed([record.split(b"\n", 1)[0].decode("utf-8", errors="replace")])
+        finally:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+
+
+class JournalFollower(Follower):
+    name = "kernel-log-journal"
+
+    def __init__(self, sink: EventSink, on_error: ErrorSink, journalctl: str = "journalctl") -> None:
+        super().__init__(sink, on_error)
+        self.journalctl = journalctl
+        self._process: Optional[subprocess.Popen] = None
+
+    def _close(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+
+    def run(self) -> None:
+        argv = [self.journalctl, "-k", "-f", "-n", "0", "-o", "short-iso", "--no-pager"]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL) as process:
+            self._process = process
+            for line in process.stdout:
+                if self._stop.is_set():
+                    break
+                self.feed([line.decode("utf-8", errors="replace").rstrip("\n")])
+        if not self._stop.is_set():
+            raise RuntimeError("journalctl exited with %s" % process.returncode)
+
+
+def make_follower(source: str, path: Optional[str], sink: EventSink, on_error: ErrorSink) -> Optional[Follower]:
+    if source == "file":
+        return FileFollower(path or "", sink, on_error)
+    if source == "kmsg":
+        return KmsgFollower(path or "/dev/kmsg", sink, on_error)
+    if source == "journal":
+        return JournalFollower(sink, on_error)
+    return None

@@ -1,0 +1,372 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The agent: three sources in, four publishers out, one thread that judges.
+
+Sources (each a thread feeding one queue):
+* NVML events: ``NvmlReader.wait_for_xid`` blocks in ``nvmlEventSetWait`` - no polling;
+* the kernel log: a follower (``kernel_log_source``);
+* the snapshot clock: the judging thread itself takes an NVML snapshot every ``interval``.
+
+Every input re-judges the node (``NodeState``) at once, then publishes:
+* the metrics (read at scrape time from a copy made under the lock);
+* the health events to the journal file (synchronously: it is local and the audit trail);
+* the node condition and Kubernetes Events (``KubePublisher``, its own thread, never waited on);
+* the fast fence (``FastFence``, its own thread), when enabled.
+
+Faults survived: NVML errors (counted; the newest good snapshot stays; a lost GPU is a verdict,
+not an error), the API server down (the publisher retries), Slurm down (the fence retries), a
+deleted or rotated kernel-log file (the follower re-opens it). SIGHUP reloads the configuration
+(a bad file is logged and ignored), SIGUSR1 forgets the XID history (after a GPU reset), SIGTERM
+and SIGINT stop cleanly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable, List, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent import journal
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.condition import (
+    health_condition,
+    unknown_condition,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.config import AgentConfig
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fence import (
+    FastFence,
+    fence_reason,
+    slurm_client,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kernel_log_source import make_follower
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView, registry_for
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.node_state import HealthEvent, NodeState
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import build_thresholds
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+
+VERSION = "0.3.0"
+LOG = logging.getLogger("gpufleet.agent")
+# How long the judging thread sleeps at most between looks at its signal flags.
+SIGNAL_LATENCY_S = 0.25
+NVML_RETRY_S = 5.0
+# A snapshot failing this many times in a row turns the condition Unknown.
+SNAPSHOT_FAILURES_UNKNOWN = 3
+LOST_EVENT_MARK = "NVML_ERROR_GPU_IS_LOST"
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, reload: Optional[Callable[[], AgentConfig]] = None,
+                 reader_factory: Callable[[Optional[str]], Any] = NvmlReader,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.reload_config = reload
+        self.reader_factory = reader_factory
+        self.clock = clock
+        self.state = NodeState(config.node, build_thresholds(config.thresholds), config.driver_version)
+        self._lock = threading.Lock()
+        self._queue: "queue.Queue[tuple]" = queue.Queue()
+        self._reader: Any = None
+        self._nvml_error: Optional[str] = None
+        self._snapshot_failures = 0
+        self._stop_flag = False
+        self._reload_flag = False
+        self._forget_flag = False
+        self._threads_stop = threading.Event()
+        self._publisher: Optional[KubePublisher] = None
+        self._fence: Optional[FastFence] = None
+        self._follower: Any = None
+        self._metrics_server: Any = None
+        self.view = MetricsView(node=config.node, version=VERSION, driver_version="",
+                                kernel_log_source=config.kernel_log.source, up=False)
+        self.view.errors = {}
+        self.view.xid_events = {}
+
+    # -- counters shared with the publisher threads ------------------------------------------
+    def count_error(self, source: str, message: str = "") -> None:
+        with self._lock:
+            self.view.errors[source] = self.view.errors.get(source, 0) + 1
+        if message:
+            LOG.warning("%s error: %s", source, message, extra={"source": source})
+
+    def metrics_view(self) -> MetricsView:
+        with self._lock:
+            return replace(self.view, errors=dict(self.view.errors), xid_events=dict(self.view.xid_events),
+                           gpu_states=dict(self.view.gpu_states), uuids=dict(self.view.uuids),
+                           xid_counts=dict(self.view.xid_counts), snapshots=list(self.view.snapshots))
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        # Handlers only set flags: the judging thread acts on them within SIGNAL_LATENCY_S.
+        signal.signal(signal.SIGTERM, lambda *_args: setattr(self, "_stop_flag", True))
+        signal.signal(signal.SIGINT, lambda *_args: setattr(self, "_stop_flag", True))
+        signal.signal(signal.SIGHUP, lambda *_args: setattr(self, "_reload_flag", True))
+        signal.signal(signal.SIGUSR1, lambda *_args: setattr(self, "_forget_flag", True))
+
+    def request_stop(self) -> None:
+        self._stop_flag = True
+
+    def run(self) -> int:
+        self._start_metrics()
+        self._start_publishers()
+        self._open_nvml()
+        self._start_follower()
+        nvml_thread = threading.Thread(target=self._nvml_events, name="nvml-events", daemon=True)
+        nvml_thread.start()
+        LOG.info("agent started", extra={"node": self.config.node, "interval": self.config.interval,
+                                         "kernel_log": self.config.kernel_log.source,
+                                         "metrics": "%s:%d" % (self.config.metrics.address,
+                                                               self.config.metrics.port)})
+        next_tick = time.monotonic()
+        try:
+            while not self._stop_flag:
+                if self._reload_flag:
+                    self._reload_flag = False
+                    self._reload()
+                if self._forget_flag:
+                    self._forget_flag = False
+                    self._forget()
+                now_mono = time.monotonic()
+                if now_mono >= next_tick:
+                    lag = now_mono - next_tick
+                    self._snapshot(lag)
+                    next_tick += self.config.interval
+                    if next_tick < time.monotonic():  # far behind (suspended, overloaded): skip, don't burst
+                        next_tick = time.monotonic() + self.config.interval
+                    continue
+                try:
+                    item = self._queue.get(timeout=min(SIGNAL_LATENCY_S, max(0.0, next_tick - now_mono)))
+                except queue.Empty:
+                    continue
+                self._handle(item)
+        finally:
+            self._shutdown(nvml_thread)
+        LOG.info("agent stopped", extra={"node": self.config.node})
+        return 0
+
+    def _shutdown(self, nvml_thread: threading.Thread) -> None:
+        self._threads_stop.set()
+        if self._follower is not None:
+            self._follower.stop()
+        nvml_thread.join(2.0)
+        if self._publisher is not None:
+            self._publisher.stop()
+        if self._fence is not None:
+            self._fence.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        if self._reader is not None:
+            with contextlib.suppress(Exception):  # shutting down; NVML may be gone already
+                self._reader.close()
+
+    # -- sources -------------------------------------------------------------------------------
+    def _open_nvml(self) -> None:
+        if self._reader is not None:
+            return
+        try:
+            reader = self.reader_factory(self.config.nvml_library_path)
+            reader.open()
+            inventory = reader.inventory()
+            driver = reader.driver_version()
+            reader.watch_xids()
+        except Exception as exc:  # NvmlUnavailable, NvmlError: report, retry later
+            self._nvml_error = str(exc)
+            self.count_error("nvml", "cannot open NVML: %s" % exc)
+            with self._lock:
+                self.view.up = False
+            if self._publisher is not None:
+                self._publisher.offer(unknown_condition(self._nvml_error))
+            return
+        self._reader = reader
+        self._nvml_error = None
+        with self._lock:
+            self.state.set_inventory(inventory, driver)
+            self.view.driver_version = driver or ""
+            self.view.uuids = {gpu.index: gpu.uuid or "" for gpu in inventory}
+            self.view.up = True
+
+    def _nvml_events(self) -> None:
+        """The NVML event thread: block in nvmlEventSetWait, hand events to the judging thread."""
+        while not self._threads_stop.is_set():
+            reader = self._reader
+            if reader is None:
+                self._threads_stop.wait(NVML_RETRY_S)
+                continue
+            try:
+                events = reader.wait_for_xid(1.0)
+            except Exception as exc:  # NvmlError: count, back off, go on
+                self.count_error("nvml", "waiting for XID events: %s" % exc)
+                self._threads_stop.wait(1.0)
+                continue
+            if not events:
+                continue
+            lost = [event for event in events if LOST_EVENT_MARK in event.message]
+            real = [event for event in events if LOST_EVENT_MARK not in event.message]
+            if real:
+                self._queue.put(("xid", real, "nvml"))
+            if lost:
+                # The wait says a GPU is lost; the snapshot says which. Then wait a tick, or the
+                # wait returns the same news in a tight loop.
+                self._queue.put(("snapshot_now",))
+                self._threads_stop.wait(self.config.interval)
+
+    def _start_follower(self) -> None:
+        cfg = self.config.kernel_log
+        self._follower = make_follower(cfg.source, self.config.kernel_log_path,
+                                       lambda events: self._queue.put(("xid", events, "kernel_log")),
+                                       lambda message: self.count_error("kernel_log", message))
+        if self._follower is not None:
+            self._follower.start()
+
+    def _start_metrics(self) -> None:
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(self.config.metrics.port, addr=self.config.metrics.address,
+                                            registry=registry_for(self.metrics_view))
+        self._metrics_server = server
+
+    def _start_publishers(self) -> None:
+        kube = self.config.kubernetes
+        if kube.enabled:
+            self._publisher = KubePublisher(
+                self.config.node, lambda: core_v1(kube.kubeconfig, kube.context), kube.heartbeat, kube.backoff_max,
+                events=kube.events, on_error=lambda message: self.count_error("kubernetes", message))
+            self._publisher.start()
+        self._start_fence()
+
+    def _start_fence(self) -> None:
+        fence = self.config.fast_fence
+        if fence.enabled:
+            self._fence = FastFence(self.config.node, lambda: slurm_client(fence.slurm_conf, fence.bin_dir),
+                                    on_error=lambda message: self.count_error("slurm", message),
+                                    on_fenced=self._fenced)
+            self._fence.start()
+
+    # -- judging ----------------------------------------------------------------------------
+    def _handle(self, item: tuple) -> None:
+        kind = item[0]
+        if kind == "xid":
+            events: List[XidEvent] = item[1]
+            with self._lock:
+                self.view.xid_events[item[2]] = self.view.xid_events.get(item[2], 0) + len(events)
+                records = self.state.add_events(events, self.clock())
+            self._publish(records)
+        elif kind == "snapshot_now":
+            self._snapshot(0.0)
+
+    def _snapshot(self, lag: float) -> None:
+        if self._reader is None:
+            self._open_nvml()
+            if self._reader is None:
+                return
+        started = time.monotonic()
+        try:
+            snapshots = self._reader.snapshot()
+        except Exception as exc:  # NvmlError: keep the last good snapshot
+            self._snapshot_failures += 1
+            self.count_error("nvml", "snapshot: %s" % exc)
+            with self._lock:
+                self.view.up = False
+            if self._snapshot_failures >= SNAPSHOT_FAILURES_UNKNOWN and self._publisher is not None:
+                self._publisher.offer(unknown_condition("NVML snapshot failed %d times: %s"
+                                                        % (self._snapshot_failures, exc)))
+            return
+        self._snapshot_failures = 0
+        now = self.clock()
+        with self._lock:
+            records = self.state.set_snapshots(snapshots, now)
+            self.view.up = True
+            self.view.loop_lag = lag
+            self.view.snapshot_duration = time.monotonic() - started
+            self.view.last_snapshot = now
+        self._publish(records, always=True)
+
+    def _publish(self, records: List[HealthEvent], always: bool = False) -> None:
+        with self._lock:
+            verdict = self.state.verdict
+            self.view.verdict = verdict.state
+            self.view.gpu_states = self.state.gpu_states()
+            self.view.xid_counts = dict(self.state.xid_counts)
+            self.view.snapshots = list(self.state.snapshots)
+            for index in self.view.gpu_states:
+                self.view.uuids.setdefault(index, self.state.uuid_of(index))
+            gpu_count = len(self.state.inventory) or len(self.state.snapshots)
+        condition = health_condition(verdict, gpu_count)
+        for record in records:
+            self._journal(record)
+            summary = record.fault.get("summary", "")
+            LOG.warning("health event", extra={"event": record.event, "reason": record.reason,
+                                               "verdict": record.verdict, "summary": summary})
+            if self._publisher is not None:
+                prefix = "cleared: " if record.event == "cleared" else ""
+                self._publisher.emit(record.reason, "%s%s (node verdict %s, %s)"
+                                     % (prefix, summary, record.verdict, record.verdict_action),
+                                     "Normal" if record.event == "cleared" else "Warning")
+        if not records and not always:
+            return
+        if self._publisher is not None:
+            self._publisher.offer(condition)
+        if self._fence is not None:
+            self._fence.update(verdict.state == "fatal", fence_reason(condition.reason, condition.message))
+
+    def _journal(self, record: HealthEvent) -> None:
+        try:
+            journal.append(self.config.journal, record.to_dict())
+        except OSError as exc:
+            self.count_error("journal", "cannot append to %s: %s" % (self.config.journal, exc))
+
+    def _fenced(self, outcome: str, reason: str) -> None:
+        LOG.warning("fast fence", extra={"outcome": outcome, "reason": reason})
+        try:
+            journal.append(self.config.journal, {"time": self.clock(), "node": self.config.node,
+                                                 "event": "fenced", "outcome": outcome, "reason": reason})
+        except OSError as exc:
+            self.count_error("journal", str(exc))
+
+    # -- signals ---------------------------------------------------------------------------------
+    def _reload(self) -> None:
+        if self.reload_config is None:
+            return
+        try:
+            new = self.reload_config()
+            thresholds = build_thresholds(new.thresholds)
+        except Exception as exc:  # a bad file keeps the running configuration
+            self.count_error("config", "reload refused, keeping the running configuration: %s" % exc)
+            return
+        restart_needed = [name for name in ("node", "metrics", "nvml_library_path", "kernel_log")
+                          if getattr(new, name) != getattr(self.config, name)]
+        if restart_needed:
+            LOG.warning("reload: %s change only on restart", ", ".join(restart_needed))
+        kept = {name: getattr(self.config, name) for name in restart_needed}
+        new = replace(new, **kept)
+        with self._lock:
+            self.state.thresholds = thresholds
+            if new.driver_version is not None:
+                self.state.driver_version = new.driver_version
+        if self._publisher is not None:
+            self._publisher.reconfigure(new.kubernetes.heartbeat, new.kubernetes.backoff_max, new.kubernetes.events)
+        if new.fast_fence != self.config.fast_fence:
+            if self._fence is not None:
+                self._fence.stop()
+                self._fence = None
+            self.config = new
+            self._start_fence()
+        self.config = new
+        logging.getLogger("gpufleet").setLevel(new.log_level.upper())
+        LOG.info("configuration reloaded", extra={"fast_fence": new.fast_fence.enabled,
+                                                  "interval": new.interval})
+        # Re-judge and re-publish with the new thresholds at once.
+        self._snapshot(0.0)
+
+    def _forget(self) -> None:
+        with self._lock:
+            self.state.forget_xids(self.clock())
+        LOG.warning("XID history forgotten (SIGUSR1)", extra={"node": self.config.node})
+        self._snapshot(0.0)
