@@ -151,6 +151,7 @@ class FileFollower(Follower):
                     try:
                         handle = open(self.path, "rb")  # noqa: SIM115 - held across loop turns, closed in finally
                     except FileNotFoundError:
+                        first_open = False  # a file created after we started is all news
                         watch.wait(RECHECK_S)
                         if watch.fd < 0 and os.path.isdir(directory):
                             watch = _Inotify(directory)

@@ -1,0 +1,72 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.config import DEFAULT_KMSG, parse_config
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.settings import ConfigError, load_config
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+
+def test_defaults_are_the_safe_ones():
+    config = parse_config({"node": "gpu-a-001"})
+    assert config.interval == 1.0
+    assert config.metrics.address == "127.0.0.1"
+    assert config.kernel_log.source == "kmsg" and config.kernel_log_path == DEFAULT_KMSG
+    assert config.fast_fence.enabled is False
+    assert config.kubernetes.enabled is True and config.kubernetes.heartbeat == 60.0
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({}, "node"),
+    ({"node": "Gpu_A"}, "node"),
+    ({"node": "n", "interval": 0}, "interval"),
+    ({"node": "n", "interval": "1"}, "interval"),
+    ({"node": "n", "kernel_log": {"source": "file"}}, "kernel_log.path"),
+    ({"node": "n", "kernel_log": {"source": "dmesg"}}, "kernel_log.source"),
+    ({"node": "n", "kernel_log": {"sauce": "kmsg"}}, "kernel_log.sauce"),
+    ({"node": "n", "metrics": {"port": 70000}}, "metrics.port"),
+    ({"node": "n", "metrics": {"address": "a b"}}, "metrics.address"),
+    ({"node": "n", "kubernetes": {"enabled": "yes"}}, "kubernetes.enabled"),
+    ({"node": "n", "kubernetes": {"heartbeat": 0.5}}, "kubernetes.heartbeat"),
+    ({"node": "n", "fast_fence": {"enabled": 1}}, "fast_fence.enabled"),
+    ({"node": "n", "driver_version": "latest"}, "driver_version"),
+    ({"node": "n", "log_level": "loud"}, "log_level"),
+    ({"node": "n", "nvml": {"path": "/x"}}, "nvml.path"),
+    ({"node": "n", "colour": "blue"}, "colour"),
+])
+def test_bad_input_names_the_field(raw, field):
+    with pytest.raises(FieldError) as caught:
+        parse_config(raw)
+    assert caught.value.field == field
+
+
+def test_load_config_checks_thresholds_too(tmp_path):
+    path = tmp_path / "agent.yml"
+    path.write_text("node: n1\nthresholds: {window_s: -1}\n")
+    with pytest.raises(ConfigError, match="window_s"):
+        load_config(str(path))
+
+
+def test_load_config_reports_yaml_and_missing_files(tmp_path):
+    path = tmp_path / "agent.yml"
+    path.write_text("node: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(str(path))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(str(tmp_path / "absent.yml"))
+
+
+def test_a_full_file_loads(tmp_path):
+    path = tmp_path / "agent.yml"
+    path.write_text(
+        "node: gpu-a-001\ninterval: 0.5\ndriver_version: 575.51.03\nthresholds: {temperature_max_c: 80}\n"
+        "nvml: {library_path: /opt/fake/libnvidia-ml.so.1}\nkernel_log: {source: file, path: /var/log/k.log}\n"
+        "metrics: {address: 127.0.0.1, port: 19400}\n"
+        "kubernetes: {kubeconfig: /etc/k, heartbeat: 30, events: false, backoff_max: 5}\n"
+        "journal: /tmp/j.jsonl\nfast_fence: {enabled: true, slurm_conf: /etc/slurm/slurm.conf}\nlog_level: debug\n")
+    config = load_config(str(path))
+    assert config.kernel_log_path == "/var/log/k.log"
+    assert config.kubernetes.events is False and config.fast_fence.slurm_conf == "/etc/slurm/slurm.conf"
+    assert config.thresholds == {"temperature_max_c": 80}
