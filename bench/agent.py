@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Benchmarks of the health agent (issue figures P1, P5 and API load).
+
+    .venv/bin/python bench/agent.py p1 [--faults 100]
+        fault injected -> agent event, p50/p99, for NVML events and for kernel-log lines: one agent
+        process on a fake 8-GPU node (Kubernetes off). "detected" is the agent's own stamp of the
+        event; "journaled" is when the bench saw the JSON line in the journal file.
+    .venv/bin/python bench/agent.py p5 [--seconds 300]
+        one agent, 8 GPUs, 1 Hz snapshots, idle fleet: CPU % of one core and RSS over the run.
+        The fake NVML library runs inside the agent process, so its file reads count as agent CPU
+        (a real driver answers through ioctls instead).
+    .venv/bin/python bench/agent.py lab [--faults 20] [--api-nodes 1000] [--api-seconds 120]
+        brings up a lab of its own (ports 18xxx, like bench/lab.py) with agents and monitoring, then:
+        fault -> GpuHealthy condition on the API server, fault -> alert firing in Alertmanager,
+        and the API load of 1,000 agents' condition publishers in steady state against the lab
+        API server holding 1,000 kwok nodes. Takes the lab down at the end.
+
+Figures are printed; docs/benchmarks.md keeps the measured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "collections"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+
+CACHE = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+FAKE_LIB = CACHE / "fake-nvml" / "libnvidia-ml.so.1"
+AGENT_MODULE = "ansible_collections.gpufleet.resilience.plugins.module_utils.agent"
+GPUS = 8
+
+
+def percentile(values: List[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(pct / 100.0 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+def summary(name: str, seconds: List[float]) -> str:
+    ms = [value * 1000.0 for value in seconds]
+    return "%-34s n=%-4d p50 %8.2f ms   p99 %8.2f ms   max %8.2f ms" % (
+        name, len(ms), statistics.median(ms), percentile(ms, 99), max(ms))
+
+
+class LocalAgent:
+    """One agent process on a fresh fake node in a temporary directory."""
+
+    def __init__(self, port: int, interval: float = 1.0) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="gpufleet-bench-agent-"))
+        self.gpus = self.dir / "gpus"
+        self.kmsg = self.dir / "kmsg.log"
+        self.journal = self.dir / "events.jsonl"
+        fake_gpu_state.init(str(self.gpus), GPUS, "bench-node", "NVIDIA-H100-80GB-HBM3")
+        self.kmsg.write_text("")
+        config = self.dir / "agent.yml"
+        config.write_text(json.dumps({
+            "node": "bench-node", "interval": interval, "nvml": {"library_path": str(FAKE_LIB)},
+            "kernel_log": {"source": "file", "path": str(self.kmsg)}, "metrics": {"port": port},
+            "kubernetes": {"enabled": False}, "journal": str(self.journal), "log_level": "warning",
+        }))
+        env = dict(os.environ, GPUFLEET_FAKE_NVML_DIR=str(self.gpus), PYTHONPATH=str(REPO / "collections"))
+        self.log = open(self.dir / "agent.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, "--config", str(config)], env=env,
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = port
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=1) as answer:
+                    if b"gpufleet_agent_last_snapshot_timestamp_seconds" in answer.read():
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit("the agent did not start: %s" % (self.dir / "agent.log").read_text()[-2000:])
+
+    def journal_lines(self) -> List[dict]:
+        if not self.journal.exists():
+            return []
+        return [json.loads(line) for line in self.journal.read_text().splitlines() if line.strip()]
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(10)
+        self.log.close()
+
+
+def wait_journal(agent: LocalAgent, count: int, timeout: float = 5.0) -> Optional[float]:
+    """Poll (1 ms) until the journal has ``count`` lines; when it did, by the bench's clock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if agent.journal.exists() and agent.journal.read_bytes().count(b"\n") >= count:
+            return time.time()
+        time.sleep(0.001)
+    return None
+
+
+def bench_p1(faults: int) -> None:
+    agent = LocalAgent(port=18950)
+    try:
+        results: Dict[str, Dict[str, List[float]]] = {}
+        seen = 0
+        for source in ("nvml", "kernel_log"):
+            detected: List[float] = []
+            journaled: List[float] = []
+            for number in range(faults):
+                gpu = number % GPUS
+                injected = time.time()
+                if source == "nvml":
+                    fake_gpu_state.inject_xid(str(agent.gpus), gpu, 79)
+                else:
+                    pci = "0000:%02x:00.0" % (0x1B + gpu)  # any PCI id: the line is judged either way
+                    with open(agent.kmsg, "a") as handle:
+                        handle.write("NVRM: Xid (PCI:%s): 48, pid=4242, name=python, DBE (0x1 0x2)\n" % pci)
+                seen += 1
+                visible = wait_journal(agent, seen)
+                if visible is None:
+                    raise SystemExit("fault %d (%s) never reached the journal" % (number, source))
+                record = agent.journal_lines()[-1]
+                detected.append(record["time"] - injected)
+                journaled.append(visible - injected)
+                time.sleep(0.02)
+            results[source] = {"detected": detected, "journaled": journaled}
+            time.sleep(6)  # past the agent's cross-source duplicate window
+        print("P1: fault injected -> agent event (%d faults per source, one agent, 8 fake GPUs)" % faults)
+        for source, figures in results.items():
+            print("  " + summary("%s: detected" % source, figures["detected"]))
+            print("  " + summary("%s: journal line visible" % source, figures["journaled"]))
+    finally:
+        agent.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path("/proc/%d/status" % pid).read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def bench_p5(seconds: int) -> None:
+    agent = LocalAgent(port=18951)
+    try:
+        time.sleep(3)  # start-up (imports, NVML open) is not steady state
+        pid = agent.process.pid
+        cpu0, wall0 = cpu_seconds(pid), time.monotonic()
+        peak = 0.0
+        while time.monotonic() - wall0 < seconds:
+            time.sleep(min(5.0, seconds))
+            peak = max(peak, rss_mib(pid))
+        cpu1, wall1 = cpu_seconds(pid), time.monotonic()
+        share = 100.0 * (cpu1 - cpu0) / (wall1 - wall0)
+        print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s: CPU %.2f %% of one core, RSS %.1f MiB "
+              "(peak %.1f MiB)" % (GPUS, seconds, share, rss_mib(pid), peak))
+    finally:
+        agent.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    p1 = commands.add_parser("p1")
+    p1.add_argument("--faults", type=int, default=100)
+    p5 = commands.add_parser("p5")
+    p5.add_argument("--seconds", type=int, default=300)
+    lab = commands.add_parser("lab")
+    lab.add_argument("--faults", type=int, default=20)
+    lab.add_argument("--api-nodes", type=int, default=1000)
+    lab.add_argument("--api-seconds", type=int, default=120)
+    lab.add_argument("--heartbeat", type=float, default=30.0)
+    args = parser.parse_args()
+    if not FAKE_LIB.is_file():
+        raise SystemExit("build the fake NVML first: make fake-nvml")
+    if args.command == "p1":
+        bench_p1(args.faults)
+    elif args.command == "p5":
+        bench_p5(args.seconds)
+    else:
+        from agent_lab_bench import bench_lab  # bench/agent_lab_bench.py
+
+        bench_lab(args.faults, args.api_nodes, args.api_seconds, args.heartbeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
