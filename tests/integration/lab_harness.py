@@ -32,9 +32,14 @@ TEST_LAB_PORTS = {
     "kubernetes_lab_kwok_port": 20247,
     "slurm_slurmctld_port": 20817,
     "slurm_slurmd_port_base": 21001,
+    "health_agent_lab_port_base": 20400,
+    "monitoring_prometheus_port": 20090,
+    "monitoring_alertmanager_port": 20093,
 }
 TEST_LAB_VARS = {
     **{name: port + PORT_OFFSET for name, port in TEST_LAB_PORTS.items()},
+    # Alerts that wait minutes on a real site fire at once here, so the tests see them.
+    "monitoring_alert_for": {"GpuNodeDegraded": "0s", "GpuThermalSlowdown": "0s", "GpuRowRemapPending": "0s"},
     "gpufleet_node_pools": [{
         "name": "gpu-a", "count": 4, "spares": 2, "gpus_per_node": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3",
         "zone": "lab-zone-a", "nodes_per_rack": 2, "racks_per_block": 2, "cpus": 16, "memory_mb": 65536,
