@@ -1,0 +1,156 @@
+"""The lab Prometheus and Alertmanager the monitoring role started, checked on the host.
+
+molecule.yml's prepare.yml serves a fake agent for gpu-a-001 (fatal: GPU 3 lost), lists a dead
+one for gpu-a-002, and runs a webhook sink where Alertmanager sends alerts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+LAB = "/var/tmp/gpufleet-molecule-monitoring"
+PROMETHEUS = "http://127.0.0.1:24090"
+ALERTMANAGER = "http://127.0.0.1:24093"
+WEBHOOK_LOG = LAB + "/molecule-webhook.jsonl"
+RULES_SOURCE = Path(__file__).resolve().parents[4] / "roles" / "monitoring" / "files" / "gpufleet-alerts.yml"
+DAEMONS = {"prometheus": 24090, "alertmanager": 24093}
+
+
+def get_json(host, url):
+    done = host.run("curl --silent --show-error --fail --max-time 5 %s", url)
+    assert done.rc == 0, "%s: %s" % (url, done.stderr)
+    return json.loads(done.stdout)
+
+
+def wait_for(probe, timeout=45.0, interval=0.5):
+    """Call probe() until it returns something truthy; return it, or the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def record(host, name):
+    return json.loads(host.file("%s/run/%s.pid" % (LAB, name)).content_string)
+
+
+@pytest.mark.parametrize("name", sorted(DAEMONS))
+def test_daemon_runs_as_prometheus_with_its_recorded_argv(host, name):
+    rec = record(host, name)
+    proc = host.process.get(pid=rec["pid"])
+    assert proc.user == "prometheus"
+    assert proc.group == "prometheus"
+    # The record matches the running process (lab-down stops it through this record).
+    assert host.file("/proc/%d/cmdline" % rec["pid"]).content_string.split("\0")[:-1] == rec["argv"]
+
+
+@pytest.mark.parametrize("name", sorted(DAEMONS))
+def test_daemon_listens_on_loopback_only(host, name):
+    pid = record(host, name)["pid"]
+    port = DAEMONS[name]
+    assert host.socket("tcp://127.0.0.1:%d" % port).is_listening
+    assert not host.socket("tcp://0.0.0.0:%d" % port).is_listening
+    lines = host.check_output("ss -Hltnp").splitlines()
+    own = [line.split()[3] for line in lines if "pid=%d," % pid in line]
+    # Alertmanager's gossip port (9094) stays closed: --cluster.listen-address is empty.
+    assert own == ["127.0.0.1:%d" % port], own
+
+
+@pytest.mark.parametrize("path, owner, group, mode", [
+    ("monitoring/prometheus/prometheus.yml", "root", "prometheus", 0o640),
+    ("monitoring/prometheus/gpufleet-alerts.yml", "root", "prometheus", 0o640),
+    ("monitoring/alertmanager/alertmanager.yml", "root", "prometheus", 0o640),
+    ("monitoring/prometheus", "root", "prometheus", 0o750),
+    ("monitoring/alertmanager", "root", "prometheus", 0o750),
+    ("monitoring/prometheus/data", "prometheus", "prometheus", 0o750),
+    ("monitoring/alertmanager/data", "prometheus", "prometheus", 0o750),
+    ("monitoring/targets", "root", "root", 0o755),
+])
+def test_files_have_safe_owners_and_modes(host, path, owner, group, mode):
+    f = host.file("%s/%s" % (LAB, path))
+    assert f.exists
+    assert (f.user, f.group, f.mode) == (owner, group, mode)
+
+
+def test_prometheus_loaded_every_alert_rule(host):
+    want = {rule["alert"] for group in yaml.safe_load(RULES_SOURCE.read_text())["groups"] for rule in group["rules"]}
+    rules = get_json(host, PROMETHEUS + "/api/v1/rules?type=alert")["data"]["groups"]
+    loaded = {rule["name"]: rule for group in rules for rule in group["rules"]}
+    assert set(loaded) == want
+    assert all(rule["health"] == "ok" for rule in loaded.values()), loaded
+    assert loaded["GpuNodeFatal"]["duration"] == 0
+    assert loaded["GpuNodeFatal"]["labels"] == {"severity": "critical", "component": "gpufleet"}
+
+
+def test_prometheus_runs_the_lab_intervals_and_sends_to_alertmanager(host):
+    config = yaml.safe_load(get_json(host, PROMETHEUS + "/api/v1/status/config")["data"]["yaml"])
+    assert config["global"]["scrape_interval"] == "1s"
+    assert config["global"]["evaluation_interval"] == "1s"
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"prometheus", "alertmanager", "gpufleet-agent"}
+    assert jobs["gpufleet-agent"]["file_sd_configs"][0]["files"] == [LAB + "/monitoring/targets/agent-*.json"]
+    managers = get_json(host, PROMETHEUS + "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+    assert [m["url"] for m in managers] == ["http://127.0.0.1:24093/api/v2/alerts"]
+
+
+def test_agent_targets_come_from_file_sd_with_node_and_pool(host):
+    def agents():
+        targets = get_json(host, PROMETHEUS + "/api/v1/targets?state=active")["data"]["activeTargets"]
+        found = {t["labels"]["node"]: t for t in targets if t["labels"]["job"] == "gpufleet-agent"}
+        ready = len(found) == 2 and found["gpu-a-001"]["health"] == "up" and found["gpu-a-002"]["health"] == "down"
+        return found if ready else None
+
+    found = wait_for(agents)
+    assert found, "both agents listed, gpu-a-001 up and gpu-a-002 down"
+    assert found["gpu-a-001"]["labels"]["pool"] == "gpu-a"
+    assert found["gpu-a-001"]["scrapeUrl"] == "http://127.0.0.1:24401/metrics"
+    # The node label comes from the target, not from the agent.
+    result = get_json(host, PROMETHEUS + "/api/v1/query?query=gpufleet_node_health_verdict%3D%3D1")["data"]["result"]
+    assert [(r["metric"]["node"], r["metric"]["state"]) for r in result] == [("gpu-a-001", "fatal")]
+
+
+def test_only_the_fatal_alert_fires_for_the_fatal_node(host):
+    def firing():
+        result = get_json(host, PROMETHEUS + "/api/v1/alerts")["data"]["alerts"]
+        return {a["labels"]["alertname"]: a for a in result if a["state"] == "firing"}
+
+    alerts = wait_for(lambda: (lambda f: f if "GpuNodeFatal" in f else None)(firing()))
+    assert alerts, "GpuNodeFatal fires"
+    fatal = alerts["GpuNodeFatal"]
+    assert fatal["labels"] == {"alertname": "GpuNodeFatal", "node": "gpu-a-001", "pool": "gpu-a",
+                               "severity": "critical", "component": "gpufleet"}
+    assert "GPU 3 (GPU-00000000-0000-0000-0000-000000000003)" in fatal["annotations"]["description"]
+    # Nothing else is wrong with gpu-a-001, and gpu-a-002's down agent needs a minute to alert.
+    assert set(alerts) == {"GpuNodeFatal"}
+
+
+def test_alertmanager_answers_and_delivers_to_the_webhook(host):
+    assert host.run("curl --silent --fail %s/-/ready", ALERTMANAGER).rc == 0
+    status = get_json(host, ALERTMANAGER + "/api/v2/status")
+    config = yaml.safe_load(status["config"]["original"])
+    assert config["route"]["receiver"] == "gpufleet-self-healing"
+    assert config["route"]["group_wait"] == "0s"
+    assert config["receivers"][0]["webhook_configs"][0]["url"] == "http://127.0.0.1:24500/endpoint"
+
+    def delivered():
+        f = host.file(WEBHOOK_LOG)
+        if not f.exists:
+            return None
+        for line in f.content_string.splitlines():
+            body = json.loads(line)["body"]
+            for alert in body["alerts"]:
+                if alert["labels"]["alertname"] == "GpuNodeFatal" and alert["status"] == "firing":
+                    return alert
+        return None
+
+    alert = wait_for(delivered)
+    assert alert, "the webhook got GpuNodeFatal"
+    assert alert["labels"]["node"] == "gpu-a-001"
+    assert alert["annotations"]["runbook_url"].endswith("monitoring.md#gpunodefatal")
