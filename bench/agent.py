@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -48,7 +49,8 @@ GPUS = 8
 
 def percentile(values: List[float], pct: float) -> float:
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, int(round(pct / 100.0 * len(ordered) + 0.5)) - 1))
+    # Nearest rank: the smallest value with at least pct % of the values at or below it.
+    index = min(len(ordered) - 1, max(0, math.ceil(pct / 100.0 * len(ordered)) - 1))
     return ordered[index]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.config import AgentConfig, parse_config
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import build_thresholds
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.agent_client import load_credentials
 
 
 class ConfigError(GpufleetError):
@@ -28,4 +29,9 @@ def load_config(path: str) -> AgentConfig:
         build_thresholds(config.thresholds)  # the same checks gpu_health makes
     except GpufleetError as exc:
         raise ConfigError(str(exc)) from exc
+    if config.kubernetes.enabled and config.kubernetes.kubeconfig:
+        try:  # refuse credentials the agent cannot use now, not at the first fault
+            load_credentials(config.kubernetes.kubeconfig, config.kubernetes.context)
+        except GpufleetError as exc:
+            raise ConfigError("kubernetes.kubeconfig: %s" % exc) from exc
     return config

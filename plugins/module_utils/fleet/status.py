@@ -16,6 +16,27 @@ def _ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+def agent_verdict(node: Mapping[str, Any]) -> Dict[str, Any]:
+    """The health agent's verdict from the node's GpuHealthy condition (docs/agent.md).
+
+    ``True`` is healthy; ``False`` carries the verdict at the head of its message
+    (``fatal, RESTART_BM: ...``); ``Unknown`` means the agent cannot read its GPUs; no condition,
+    no agent.
+    """
+    for condition in node.get("status", {}).get("conditions") or []:
+        if condition.get("type") != "GpuHealthy":
+            continue
+        status, message = condition.get("status"), condition.get("message") or ""
+        if status == "True":
+            verdict = "healthy"
+        elif status == "False":
+            verdict = message.split(",", 1)[0] if message.startswith(("fatal,", "degraded,")) else "unhealthy"
+        else:
+            verdict = "unknown"
+        return dict(agent=verdict, agent_reason=condition.get("reason"), agent_message=message)
+    return dict(agent=None, agent_reason=None, agent_message=None)
+
+
 def _gpus(node: Mapping[str, Any]) -> Any:
     value = (node.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu")
     return int(value) if value is not None and str(value).isdigit() else value
@@ -49,11 +70,12 @@ def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], slurm_nodes: Iterable[A
             name=meta["name"], pool=labels.get("gpufleet.io/pool"), rack=labels.get("gpufleet.io/rack"),
             k8s="Ready" if _ready(node) else "NotReady", k8s_ready=_ready(node),
             cordoned=bool(node.get("spec", {}).get("unschedulable")), gpus=_gpus(node),
-            slurm_state=None, slurm_reason=None, slurm_gpus=None,
+            slurm_state=None, slurm_reason=None, slurm_gpus=None, **agent_verdict(node),
         )
     for name, state in slurm.items():
         row = rows.setdefault(name, dict(name=name, pool=None, rack=None, k8s="absent", k8s_ready=False,
-                                         cordoned=False, gpus=None))
+                                         cordoned=False, gpus=None, agent=None, agent_reason=None,
+                                         agent_message=None))
         row.update(slurm_state=state["state"], slurm_reason=state["reason"], slurm_gpus=state["gpus"])
     for name, health in (gpu_health or {}).items():
         if name in rows:
@@ -63,16 +85,18 @@ def fleet_status(k8s_nodes: Iterable[Mapping[str, Any]], slurm_nodes: Iterable[A
 
 
 TABLE_COLUMNS = (("NODE", "name", 12), ("K8S", "k8s", 9), ("CORDONED", "cordoned", 9), ("SLURM", "slurm_state", 12),
-                 ("GPUS", "gpus_seen", 5), ("HEALTH", "health", 9), ("REASON", "reason", 0))
+                 ("GPUS", "gpus_seen", 5), ("HEALTH", "health", 9), ("AGENT", "agent", 9), ("REASON", "reason", 0))
 
 
 def fleet_table(rows: Iterable[Mapping[str, Any]]) -> List[str]:
     """Fixed-width lines for a terminal: a header, then one line per node."""
     lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS).rstrip()]
     for row in rows:
-        # The Slurm reason says why a node is out; else the health reason when it is not healthy.
+        # The Slurm reason says why a node is out; else the agent's (or the check's) when unhealthy.
         unhealthy = row.get("health") not in (None, "healthy")
-        reason = row.get("slurm_reason") or (row.get("health_reason") if unhealthy else "")
+        agent_unhealthy = row.get("agent") not in (None, "healthy")
+        reason = (row.get("slurm_reason") or (row.get("agent_message") if agent_unhealthy else "")
+                  or (row.get("health_reason") if unhealthy else ""))
         values = dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no")
         lines.append("".join(_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
     return lines

@@ -195,10 +195,12 @@ class NvmlReader:
             driver_version=driver,
         )
 
-    def snapshot(self) -> List[GpuSnapshot]:
-        return [self._snapshot(index, handle) for index, handle in enumerate(self._handles)]
+    def snapshot(self, nvlink_counters: bool = True) -> List[GpuSnapshot]:
+        """Every GPU's health counters. ``nvlink_counters=False`` reads link states but not their
+        error counters (4 calls per link, most of a snapshot's NVML calls): they stay None."""
+        return [self._snapshot(index, handle, nvlink_counters) for index, handle in enumerate(self._handles)]
 
-    def _snapshot(self, index: int, handle) -> GpuSnapshot:
+    def _snapshot(self, index: int, handle, nvlink_counters: bool = True) -> GpuSnapshot:
         uuid = pci_bus_id = None
         try:
             if handle is None:
@@ -224,7 +226,7 @@ class NvmlReader:
                 remapped_rows_pending=None if remapped is None else bool(remapped[2]),
                 remapped_rows_failed=None if remapped is None else bool(remapped[3]),
                 throttle_reasons=self._throttle_reasons(handle),
-                nvlinks=self._nvlinks(handle),
+                nvlinks=self._nvlinks(handle, nvlink_counters),
             )
         except GpuLost:
             return GpuSnapshot(index=index, uuid=uuid, pci_bus_id=pci_bus_id, lost=True)
@@ -244,7 +246,7 @@ class NvmlReader:
         return reasons
 
     @staticmethod
-    def _nvlinks(handle) -> tuple:
+    def _nvlinks(handle, counters: bool = True) -> tuple:
         links = []
         for link in range(NVLINK_MAX_LINKS):
             try:
@@ -256,12 +258,12 @@ class NvmlReader:
                 if code in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_FUNCTION_NOT_FOUND):
                     break  # no NVLink on this GPU, or past its last link
                 raise NvmlError("NVML error %s reading NVLink %d state: %s" % (code, link, exc)) from exc
-            counters = {
+            values = {
                 name: field_or_absent(
                     lambda link=link, counter=counter: pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
                 for counter, name in enumerate(NVLINK_COUNTERS)
-            }
-            links.append(NvLinkStatus(link=link, active=bool(state), **counters))
+            } if counters else {}
+            links.append(NvLinkStatus(link=link, active=bool(state), **values))
         return tuple(links)
 
     def _ensure_event_set(self) -> None:

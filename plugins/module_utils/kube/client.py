@@ -1,12 +1,13 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""A Kubernetes API client from a kubeconfig, for modules and agent processes alike."""
+"""A Kubernetes API client from a kubeconfig, for modules and tests (the health agent uses
+``kube.agent_client``, which does not load the whole ``kubernetes`` package)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.errors import KubeError, api_error
 
 try:
     from kubernetes import client as k8s_client
@@ -19,14 +20,6 @@ except ImportError:  # pragma: no cover - reported by kube_client() with a clear
 
 # ApiException is re-exported for the callers that catch it.
 __all__ = ["ApiException", "KubeError", "api_error", "core_v1"]
-
-
-class KubeError(GpufleetError):
-    """A Kubernetes API call failed; ``status`` is the HTTP status when there was one."""
-
-    def __init__(self, message: str, status: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:
@@ -42,9 +35,3 @@ def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
     except Exception as exc:  # the kubernetes package raises several unrelated types here
         raise KubeError("cannot load the kubeconfig %s: %s" % (kubeconfig or "(in-cluster)", exc)) from exc
     return k8s_client.CoreV1Api(api)
-
-
-def api_error(exc: Exception, what: str) -> KubeError:
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", None) or str(exc)
-    return KubeError("%s: %s%s" % (what, reason, " (HTTP %s)" % status if status else ""), status)

@@ -3,7 +3,9 @@
 """A Node's own condition and Events: the two writes a health agent makes.
 
 Both need only ``patch`` on ``nodes/status`` and ``create`` on ``events``: the agent's
-ClusterRole grants nothing else, so neither call reads the Node first.
+ClusterRole grants nothing else, so neither call reads the Node first. ``api`` is either the
+``kubernetes`` package's CoreV1Api or the agent's ``kube.agent_client.AgentApi``: both offer
+``patch_node_status`` and ``create_namespaced_event``.
 
 * The condition goes in with a strategic merge patch of ``nodes/status``. Conditions merge by
   ``type``, so the kubelet's (or kwok's) ``Ready`` and every other condition stay as they are.
@@ -18,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, api_error
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.errors import api_error
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 EVENT_NAMESPACE = "default"
@@ -57,9 +59,7 @@ def patch_node_condition(api: Any, node: str, condition: NodeCondition, heartbea
     body = condition_patch(condition, heartbeat_at, transition_at)
     try:
         api.patch_node_status(node, body, _content_type=STRATEGIC_MERGE_PATCH, _request_timeout=request_timeout)
-    except ApiException as exc:
-        raise api_error(exc, "patch the %s condition of node %s" % (condition.type, node)) from exc
-    except Exception as exc:  # urllib3 connection errors: the API server is down or unreachable
+    except Exception as exc:  # an API error (with .status) or a connection error alike
         raise api_error(exc, "patch the %s condition of node %s" % (condition.type, node)) from exc
 
 

@@ -57,15 +57,20 @@ def snapshot_before(probe):
 
 
 def test_every_active_node_has_an_agent_and_is_healthy(lab):
-    for node in ("gpu-a-001",) + (NODE,) + OTHERS[1:]:
+    for node in ("gpu-a-001", NODE, *OTHERS[1:]):
         probe = AgentProbe(lab, node)
         assert probe.sample("gpufleet_agent_up") == 1.0
         assert probe.sample("gpufleet_agent_info", node=node) == 1.0
         condition = probe.wait_condition(lambda c: c["status"] == "True")
         assert condition["reason"] == "GpusHealthy" and condition["message"] == "8 GPUs healthy"
     # Prometheus scrapes every agent, with the node label the scrape adds.
-    up = wait_for(lambda: prometheus_query('up{job="gpufleet-agent"} == 1')["data"]["result"] or None, 20)
-    assert sorted(series["metric"]["node"] for series in up) == ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
+    every = ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
+
+    def scraped():
+        result = prometheus_query('up{job="gpufleet-agent"} == 1')["data"]["result"]
+        return sorted(series["metric"]["node"] for series in result)
+
+    assert wait_for(lambda: scraped() == every, 30, what="Prometheus scraping every agent")
 
 
 def test_xid79_from_nvml(lab, probe):
@@ -92,7 +97,7 @@ def test_xid48_with_63_is_judged_as_gpu_health_judges_it(lab, probe):
     probe.fakegpu("xid", "--gpu", "1", "--xid", "63")
     reference = evaluate([XidEvent(xid=48, source="nvml", gpu_index=1, timestamp=1.0),
                           XidEvent(xid=63, source="nvml", gpu_index=1, timestamp=1.1)])
-    worst = [fault for fault in reference.faults if fault.effective][0]
+    worst = next(fault for fault in reference.faults if fault.effective)
     reason = "Xid%d" % worst.xid
     assert_published(probe, reason, reference.state, "GpuNodeFatal" if reference.state == "fatal"
                      else "GpuNodeDegraded", journal, events)
@@ -110,7 +115,7 @@ def test_double_bit_ecc_clears_with_the_counter(lab, probe):
     # A GPU reset clears the volatile counter: the node is healthy again, no agent reset needed.
     probe.fakegpu("set", "--gpu", "5", "ecc_dbe_volatile=0")
     probe.wait_condition(lambda c: c["status"] == "True", what="healthy after the counter cleared")
-    assert [r for r in probe.journal_records()[journal:] if r["event"] == "cleared"][0]["reason"] == "EccDoubleBit"
+    assert next(r for r in probe.journal_records()[journal:] if r["event"] == "cleared")["reason"] == "EccDoubleBit"
 
 
 def test_over_temperature_with_thermal_slowdown(lab, probe):

@@ -56,12 +56,12 @@ def verdict(port=PORT):
 
 
 def test_check_config(node):
-    done = subprocess.run(agent_argv(node["config"]) + ["--check-config"], env=env_for(node["gpus"]),
+    done = subprocess.run([*agent_argv(node["config"]), "--check-config"], env=env_for(node["gpus"]),
                           capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["node"] == "proc-node"
     node["config"].write_text(json.dumps(dict(node["data"], interval=-1)))
-    done = subprocess.run(agent_argv(node["config"]) + ["--check-config"], env=env_for(node["gpus"]),
+    done = subprocess.run([*agent_argv(node["config"]), "--check-config"], env=env_for(node["gpus"]),
                           capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 2 and done.stderr.startswith("config error: interval:")
 

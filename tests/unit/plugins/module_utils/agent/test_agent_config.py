@@ -59,14 +59,29 @@ def test_load_config_reports_yaml_and_missing_files(tmp_path):
 
 
 def test_a_full_file_loads(tmp_path):
+    (tmp_path / "kubeconfig").write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: u, user: {token: t}}]\n")
     path = tmp_path / "agent.yml"
     path.write_text(
         "node: gpu-a-001\ninterval: 0.5\ndriver_version: 575.51.03\nthresholds: {temperature_max_c: 80}\n"
         "nvml: {library_path: /opt/fake/libnvidia-ml.so.1}\nkernel_log: {source: file, path: /var/log/k.log}\n"
         "metrics: {address: 127.0.0.1, port: 19400}\n"
-        "kubernetes: {kubeconfig: /etc/k, heartbeat: 30, events: false, backoff_max: 5}\n"
-        "journal: /tmp/j.jsonl\nfast_fence: {enabled: true, slurm_conf: /etc/slurm/slurm.conf}\nlog_level: debug\n")
+        "kubernetes: {kubeconfig: %s, heartbeat: 30, events: false, backoff_max: 5}\n"
+        "journal: /tmp/j.jsonl\nfast_fence: {enabled: true, slurm_conf: /etc/slurm/slurm.conf}\nlog_level: debug\n"
+        % (tmp_path / "kubeconfig"))
     config = load_config(str(path))
     assert config.kernel_log_path == "/var/log/k.log"
     assert config.kubernetes.events is False and config.fast_fence.slurm_conf == "/etc/slurm/slurm.conf"
     assert config.thresholds == {"temperature_max_c": 80}
+
+
+def test_a_kubeconfig_the_agent_cannot_use_is_refused_at_load(tmp_path):
+    (tmp_path / "kubeconfig").write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://h'}}]\n"
+        "users: [{name: u, user: {exec: {command: aws}}}]\n")
+    path = tmp_path / "agent.yml"
+    path.write_text("node: n1\nkubernetes: {kubeconfig: %s}\n" % (tmp_path / "kubeconfig"))
+    with pytest.raises(ConfigError, match=r"^kubernetes.kubeconfig: .*exec is not supported"):
+        load_config(str(path))

@@ -41,13 +41,13 @@ def test_names_units_and_labels_follow_the_conventions():
                                                      ("xid", "79")))] == 2
     assert found[("gpufleet_gpu_temperature_celsius", gpu0)] == 91
     assert found[("gpufleet_gpu_power_watts", gpu0)] == 412.5
-    assert found[("gpufleet_gpu_ecc_errors_total", tuple(sorted(gpu0 + (("counter", "volatile"),
-                                                                       ("type", "uncorrectable")))))] == 1
-    assert found[("gpufleet_gpu_remapped_rows", tuple(sorted(gpu0 + (("kind", "failed"),))))] == 1
-    assert found[("gpufleet_gpu_nvlink_errors_total", tuple(sorted(gpu0 + (("kind", "crc_flit"), ("link", "0")))))] == 7
-    assert found[("gpufleet_gpu_nvlink_active", tuple(sorted(gpu0 + (("link", "0"),))))] == 0
-    assert found[("gpufleet_gpu_throttle_reasons", tuple(sorted(gpu0 + (("reason", "hw_thermal_slowdown"),))))] == 1
-    assert found[("gpufleet_gpu_throttle_reasons", tuple(sorted(gpu0 + (("reason", "gpu_idle"),))))] == 0
+    dbe = tuple(sorted((*gpu0, ("counter", "volatile"), ("type", "uncorrectable"))))
+    assert found[("gpufleet_gpu_ecc_errors_total", dbe)] == 1
+    assert found[("gpufleet_gpu_remapped_rows", tuple(sorted((*gpu0, ("kind", "failed")))))] == 1
+    assert found[("gpufleet_gpu_nvlink_errors_total", tuple(sorted((*gpu0, ("kind", "crc_flit"), ("link", "0")))))] == 7
+    assert found[("gpufleet_gpu_nvlink_active", tuple(sorted((*gpu0, ("link", "0")))))] == 0
+    assert found[("gpufleet_gpu_throttle_reasons", tuple(sorted((*gpu0, ("reason", "hw_thermal_slowdown")))))] == 1
+    assert found[("gpufleet_gpu_throttle_reasons", tuple(sorted((*gpu0, ("reason", "gpu_idle")))))] == 0
     assert found[("gpufleet_node_health_verdict", (("state", "fatal"),))] == 1
     assert found[("gpufleet_node_health_verdict", (("state", "healthy"),))] == 0
     assert found[("gpufleet_gpu_health", (("gpu", "0"), ("state", "fatal"), ("uuid", UUID)))] == 1
@@ -57,7 +57,7 @@ def test_names_units_and_labels_follow_the_conventions():
     assert found[("gpufleet_agent_up", ())] == 1
     # No node name in any metric name; the node only in the info series.
     assert all("gpu-a-001" not in name for name, _labels in found)
-    assert [labels for name, labels in found if name == "gpufleet_agent_info"][0][2] == ("node", "gpu-a-001")
+    assert next(labels for name, labels in found if name == "gpufleet_agent_info")[2] == ("node", "gpu-a-001")
 
 
 def test_fields_nvml_does_not_support_are_absent_not_zero():
@@ -70,3 +70,14 @@ def test_fields_nvml_does_not_support_are_absent_not_zero():
 
 def test_agent_down_reads_zero():
     assert samples(view(up=False))[("gpufleet_agent_up", ())] == 0
+
+
+def test_a_light_snapshot_keeps_the_last_nvlink_counters():
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.loop import with_previous_counters
+
+    full = [GpuSnapshot(index=0, nvlinks=(NvLinkStatus(link=0, active=True, crc_flit_errors=7, crc_data_errors=1,
+                                                       replay_errors=2, recovery_errors=0),))]
+    light = [GpuSnapshot(index=0, nvlinks=(NvLinkStatus(link=0, active=False),))]
+    merged = with_previous_counters(light, full)
+    assert merged[0].nvlinks[0].active is False and merged[0].nvlinks[0].crc_flit_errors == 7
+    assert merged[0].nvlinks[0].replay_errors == 2

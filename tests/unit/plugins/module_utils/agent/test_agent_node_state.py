@@ -88,7 +88,7 @@ def test_repeats_escalate_by_the_gpu_health_thresholds():
     events = [nvml(13, at=T0 + 10 * s) for s in range(3)]
     reference = evaluate(events, HEALTHY, thresholds=Thresholds(app_repeat_escalation_count=3, burst_s=1.0),
                          now=T0 + 20)
-    assert states[-1][1] == [f for f in reference.faults if f.xid == 13][0].action
+    assert states[-1][1] == next(f for f in reference.faults if f.xid == 13).action
     assert states[0][2] is False and states[-1][2] is True
 
 
