@@ -137,9 +137,9 @@ def prometheus(fleet, tmp_path_factory):
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (work / "prometheus.log").open("wb")
-    proc = subprocess.Popen([binary, "--config.file=%s" % (work / "prometheus.yml"), "--storage.tsdb.path=%s" % (work / "data"),
-                             "--web.listen-address=127.0.0.1:%d" % port], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    argv = [binary, "--config.file=%s" % (work / "prometheus.yml"), "--storage.tsdb.path=%s" % (work / "data"),
+            "--web.listen-address=127.0.0.1:%d" % port]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = "http://127.0.0.1:%d" % port
     try:
         deadline = time.monotonic() + 60
@@ -232,7 +232,8 @@ def test_panels_show_the_fleet_that_was_served(prometheus):
     assert value("Nodes by verdict", state="fatal") == 1
     assert value("Unhealthy nodes", node="gpu-a-002", state="fatal") == 1
     assert value("XIDs by code", xid="79") > 0
-    assert value("XIDs by node, GPU and action (time range)", node="gpu-a-002", gpu="3", xid="79", action="RESTART_BM") > 0
+    assert value("XIDs by node, GPU and action (time range)",
+                 node="gpu-a-002", gpu="3", xid="79", action="RESTART_BM") > 0
     assert value("GPU temperature", node="gpu-a-001", gpu="2") == 42
     assert value("GPU power", node="gpu-a-002", gpu="1") == 310
     assert value("Firing GPU alerts") >= 1

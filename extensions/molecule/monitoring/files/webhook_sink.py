@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Sink(BaseHTTPRequestHandler):
     out_path = ""
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with open(self.out_path, "a") as out:
             out.write(json.dumps({"path": self.path, "body": json.loads(body or b"null")}) + "\n")

@@ -1,0 +1,237 @@
+"""The monitoring role's `existing` backend against the Prometheus Operator's real CRDs.
+
+The lab's kube-apiserver stands in for a cluster running the Operator: the test installs the
+Operator's own CRDs (PrometheusRule, PodMonitor, AlertmanagerConfig of v0.85.0, taken offline
+from its Go module, example/prometheus-operator-crd/), then runs the role with
+monitoring_backend=existing. The API server validates every object against the CRDs' schemas;
+a strict server-side dry run of the rendered manifests rejects unknown or pruned fields. No
+Operator runs, so what it would generate from these objects is not tested (docs/monitoring.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from lab_harness import REPO, PlaybookResult, run_playbook
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+OPERATOR_VERSION = "v0.85.0"
+CRDS = ("prometheusrules", "podmonitors", "alertmanagerconfigs")
+GROUP = "monitoring.coreos.com"
+NAMESPACE = "gpufleet-monitoring-test"
+CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+RULES = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.yml"
+DASHBOARD = REPO / "roles" / "monitoring" / "files" / "dashboards" / "gpufleet-fleet.json"
+PLAYBOOK = """\
+- name: Monitoring on an existing cluster
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  roles:
+    - role: gpufleet.resilience.monitoring
+"""
+
+
+def operator_crd_dir() -> Path:
+    """example/prometheus-operator-crd of the Operator's module, from the Go module proxy (cached)."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        pytest.fail("go is missing: the Prometheus Operator CRDs come from its Go module")
+    env = dict(os.environ, GOMODCACHE=str(CACHE_DIR / "go" / "mod"), GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        done = subprocess.run([go, "mod", "download", "-json", "%s@%s" % (OPERATOR_MODULE, OPERATOR_VERSION)],
+                              cwd=outside_any_module, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    crds = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    assert crds.is_dir(), crds
+    return crds
+
+
+def kubectl(lab, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    binary = shutil.which("kubectl", path=str(CACHE_DIR / "bin")) or "kubectl"
+    done = subprocess.run([binary, "--kubeconfig", str(lab.kubeconfig), *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if check:
+        assert done.returncode == 0, " ".join(args) + ": " + done.stdout + done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def operator_crds(lab):
+    crd_dir = operator_crd_dir()
+    for plural in CRDS:
+        # Server-side: the CRDs are too big for kubectl's last-applied annotation.
+        crd = crd_dir / ("%s_%s.yaml" % (GROUP, plural))
+        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s",
+            *["crd/%s.%s" % (plural, GROUP) for plural in CRDS])
+    yield crd_dir
+    # Leave the lab as it was for the other tests.
+    kubectl(lab, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
+    for plural in CRDS:
+        kubectl(lab, "delete", "crd", "%s.%s" % (plural, GROUP), "--ignore-not-found", check=False)
+
+
+@pytest.fixture(scope="module")
+def role(lab, tmp_path_factory):
+    work = tmp_path_factory.mktemp("monitoring-existing")
+    playbook = work / "monitoring.yml"
+    playbook.write_text(PLAYBOOK)
+    manifests = work / "manifests"
+    base_vars = dict(monitoring_backend="existing", kubernetes_kubeconfig=str(lab.kubeconfig),
+                     gpufleet_lab_dir=str(lab.lab_dir), monitoring_namespace=NAMESPACE,
+                     monitoring_resource_labels={"release": "kube-prometheus-stack"},
+                     monitoring_alert_webhook_url="http://self-healing.gpufleet-system.svc:5000/endpoint",
+                     monitoring_manifests_dir=str(manifests))
+
+    def run(*args: str, **extra) -> PlaybookResult:
+        variables = dict(base_vars, **extra)
+        return run_playbook(["-i", "localhost,", str(playbook), "-e", json.dumps(variables), *args], lab.env())
+
+    run.manifests = manifests
+    return run
+
+
+def custom_objects(lab, plural: str, version: str = "v1") -> dict:
+    api = client.CustomObjectsApi(lab.kube().api_client)
+    listed = api.list_namespaced_custom_object(GROUP, version, NAMESPACE, plural)
+    return {item["metadata"]["name"]: item for item in listed["items"]}
+
+
+def namespace_exists(lab) -> bool:
+    try:
+        lab.kube().read_namespace(NAMESPACE)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def is_subset(want, got, path="") -> list:
+    """Paths where `got` lacks or differs from `want` (what the API server pruned or changed)."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [path]
+        return [p for key, value in want.items() for p in is_subset(value, got.get(key), "%s.%s" % (path, key))]
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return [path]
+        pairs = enumerate(zip(want, got, strict=True))
+        return [p for i, (w, g) in pairs for p in is_subset(w, g, "%s[%d]" % (path, i))]
+    return [] if want == got else [path]
+
+
+def test_idempotency_ladder_on_the_operator_crds(lab, operator_crds, role):
+    check = role("--check")
+    assert check.rc == 0, check.output[-6000:]
+    assert check.changed > 0
+    assert not namespace_exists(lab), "check mode created the namespace"
+
+    first = role()
+    assert first.rc == 0, first.output[-6000:]
+    assert first.changed > 0
+
+    check_again = role("--check")
+    assert check_again.rc == 0, check_again.output[-6000:]
+    assert check_again.changed == 0, check_again.output[-6000:]
+
+    again = role()
+    assert again.rc == 0, again.output[-6000:]
+    assert again.changed == 0, again.output[-6000:]
+
+
+def test_the_api_server_kept_every_field_the_role_wrote(lab, operator_crds, role):
+    written = [yaml.safe_load(path.read_text()) for path in sorted(role.manifests.glob("*.yml"))]
+    kinds = sorted(obj["kind"] for obj in written)
+    assert kinds == ["AlertmanagerConfig", "ConfigMap", "PodMonitor", "PrometheusRule"]
+    served = {**custom_objects(lab, "prometheusrules"), **custom_objects(lab, "podmonitors"),
+              **custom_objects(lab, "alertmanagerconfigs", "v1alpha1")}
+    served["gpufleet-dashboard"] = client.ApiClient().sanitize_for_serialization(
+        lab.kube().read_namespaced_config_map("gpufleet-dashboard", NAMESPACE))
+    for obj in written:
+        got = served[obj["metadata"]["name"]]
+        assert is_subset(obj["spec"] if "spec" in obj else obj["data"], got.get("spec", got.get("data"))) == [], \
+            obj["metadata"]["name"]
+        assert got["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_strict_server_side_dry_run_accepts_the_manifests(lab, operator_crds, role):
+    # Strict field validation: a field the CRD schema does not know is an error, not pruned.
+    done = kubectl(lab, "apply", "--server-side", "--dry-run=server", "--validate=strict",
+                   "--field-manager=gpufleet-monitoring", "-f", str(role.manifests))
+    assert done.stdout.count("serverside-applied (server dry run)") == 4, done.stdout
+
+
+def test_a_field_the_schema_does_not_know_is_refused(lab, operator_crds, role, tmp_path):
+    # The dry run above is only worth something if the CRD schema is really enforced.
+    podmonitor = yaml.safe_load((role.manifests / "podmonitor-gpufleet-agent.yml").read_text())
+    podmonitor["spec"]["podMetricsEndpoints"][0]["portname"] = "metrics"
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump(podmonitor))
+    done = kubectl(lab, "apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", str(bad), check=False)
+    assert done.returncode != 0
+    assert "portname" in done.stderr
+
+
+def test_the_objects_carry_the_rules_scrape_and_route(lab, operator_crds, role):
+    source = yaml.safe_load(RULES.read_text())
+    rule = custom_objects(lab, "prometheusrules")["gpufleet-alerts"]
+    served_rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert [r["alert"] for r in served_rules] == [r["alert"] for g in source["groups"] for r in g["rules"]]
+    # The same expressions; every alert routed by its namespace label (OnNamespace matcher).
+    assert [r["expr"] for r in served_rules] == [r["expr"] for g in source["groups"] for r in g["rules"]]
+    assert {r["labels"]["namespace"] for r in served_rules} == {NAMESPACE}
+    assert {r["labels"]["component"] for r in served_rules} == {"gpufleet"}
+
+    monitor = custom_objects(lab, "podmonitors")["gpufleet-agent"]["spec"]
+    assert monitor["selector"] == {"matchLabels": {"app.kubernetes.io/name": "gpufleet-health-agent"}}
+    assert monitor["attachMetadata"] == {"node": True}
+    endpoint = monitor["podMetricsEndpoints"][0]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["interval"] == "30s"
+    targets = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+    assert targets["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
+    assert targets["pool"]["sourceLabels"] == ["__meta_kubernetes_node_label_gpufleet_io_pool"]
+    assert targets["job"]["replacement"] == "gpufleet-agent"
+
+    route = custom_objects(lab, "alertmanagerconfigs", "v1alpha1")["gpufleet-self-healing"]["spec"]
+    assert route["route"]["matchers"] == [{"name": "component", "value": "gpufleet", "matchType": "="}]
+    assert route["route"]["groupBy"] == ["alertname", "node"]
+    assert route["route"]["groupWait"] == "30s"
+    assert route["receivers"][0]["webhookConfigs"] == [
+        {"url": "http://self-healing.gpufleet-system.svc:5000/endpoint", "sendResolved": True}]
+
+    dashboard = lab.kube().read_namespaced_config_map("gpufleet-dashboard", NAMESPACE)
+    assert dashboard.metadata.labels["grafana_dashboard"] == "1"
+    assert json.loads(dashboard.data["gpufleet-fleet.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_missing_operator_crds_fail_before_anything_is_applied(lab, operator_crds, role):
+    kubectl(lab, "delete", "crd", "alertmanagerconfigs.%s" % GROUP, "--wait=true")
+    try:
+        failed = role(monitoring_name="gpufleet-other", monitoring_manifests_dir="")
+        assert failed.rc != 0
+        assert "CRDs missing: alertmanagerconfigs.monitoring.coreos.com" in failed.output, failed.output[-4000:]
+        assert "gpufleet-other-alerts" not in custom_objects(lab, "prometheusrules")
+        # Without the AlertmanagerConfig the rest applies.
+        without = role(monitoring_name="gpufleet-other", monitoring_alertmanager_config=False,
+                       monitoring_manifests_dir="")
+        assert without.rc == 0, without.output[-4000:]
+        assert "gpufleet-other-alerts" in custom_objects(lab, "prometheusrules")
+    finally:
+        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f",
+                str(operator_crds / ("%s_alertmanagerconfigs.yaml" % GROUP)))
