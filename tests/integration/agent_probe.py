@@ -83,8 +83,13 @@ class AgentProbe:
     def reset(self) -> None:
         """All GPUs healthy and the agent's XID history forgotten (what a GPU reset does)."""
         self.fakegpu("clear")
+        forgotten = self.count_journal("forgotten")
         os.kill(self.pid, signal.SIGUSR1)
+        wait_for(lambda: self.count_journal("forgotten") > forgotten, 10, what="the agent's SIGUSR1 record")
         self.wait_condition(lambda c: c["status"] == "True", what="GpuHealthy True after the reset")
+
+    def count_journal(self, event: str) -> int:
+        return sum(1 for record in self.journal_records() if record.get("event") == event)
 
     # -- what the agent publishes ------------------------------------------------------------
     def metrics(self) -> str:
@@ -110,18 +115,28 @@ class AgentProbe:
         return None
 
     def wait_condition(self, check: Callable[[Dict[str, Any]], bool], timeout: float = 15.0, what: str = "") -> Dict:
-        return wait_for(lambda: (lambda c: c if c and check(c) else None)(self.condition()), timeout,
-                        what=what or "the GpuHealthy condition of %s" % self.node)
+        seen: List[Any] = [None]
+
+        def matches() -> Optional[Dict[str, Any]]:
+            seen[0] = self.condition()
+            return seen[0] if seen[0] and check(seen[0]) else None
+
+        try:
+            return wait_for(matches, timeout, what=what or "the GpuHealthy condition of %s" % self.node)
+        except AssertionError as exc:
+            raise AssertionError("%s; the condition was %r" % (exc, seen[0])) from None
 
     def journal_records(self) -> List[Dict[str, Any]]:
         if not self.journal.exists():
             return []
         return [json.loads(line) for line in self.journal.read_text().splitlines() if line.strip()]
 
-    def events(self) -> List[Any]:
+    def events(self, since: float = 0.0) -> List[Any]:
+        """The agent's Events about this node, stamped at or after ``since`` (epoch seconds)."""
         listed = self.lab.kube().list_namespaced_event(
             "default", field_selector="involvedObject.kind=Node,involvedObject.name=%s" % self.node)
-        return [item for item in listed.items if item.source and item.source.component == "gpufleet-agent"]
+        return [item for item in listed.items if item.source and item.source.component == "gpufleet-agent"
+                and item.last_timestamp is not None and item.last_timestamp.timestamp() >= int(since)]
 
 
 def prometheus_url() -> str:

@@ -163,7 +163,9 @@ def lab_processes(lab_dir: Path) -> List[int]:
     This is a check, not a way to stop anything: it finds what a faulty stop would
     leave behind (a slurmstepd whose slurmd is gone, a daemon whose record was lost).
     """
-    marker = str(lab_dir)
+    # The directory itself or a path in it, never a sibling whose name only starts the same
+    # (/var/tmp/gpufleet-pytest-lab-mon is another lab).
+    marker = re.compile(re.escape(str(lab_dir)) + r"(?=/|\s|\x00|$)")
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -175,6 +177,6 @@ def lab_processes(lab_dir: Path) -> List[int]:
             environ = Path("/proc", entry, "environ").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if marker in cmdline or marker in environ or cwd.startswith(marker):
+        if marker.search(cmdline) or marker.search(environ) or marker.match(cwd):
             found.append(int(entry))
     return descendants_alive(found)

@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent import journal
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.condition import (
@@ -53,8 +53,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.agent_cli
 
 VERSION = "0.3.0"
 LOG = logging.getLogger("gpufleet.agent")
-# How long the judging thread sleeps at most between looks at its signal flags.
-SIGNAL_LATENCY_S = 0.25
 NVML_RETRY_S = 5.0
 # A snapshot failing this many times in a row turns the condition Unknown.
 SNAPSHOT_FAILURES_UNKNOWN = 3
@@ -97,8 +95,6 @@ class Agent:
         self._snapshot_failures = 0
         self._snapshots_taken = 0
         self._stop_flag = False
-        self._reload_flag = False
-        self._forget_flag = False
         self._threads_stop = threading.Event()
         self._publisher: Optional[KubePublisher] = None
         self._fence: Optional[FastFence] = None
@@ -124,14 +120,29 @@ class Agent:
 
     # -- life cycle ------------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        # Handlers only set flags: the judging thread acts on them within SIGNAL_LATENCY_S.
-        signal.signal(signal.SIGTERM, lambda *_args: setattr(self, "_stop_flag", True))
-        signal.signal(signal.SIGINT, lambda *_args: setattr(self, "_stop_flag", True))
-        signal.signal(signal.SIGHUP, lambda *_args: setattr(self, "_reload_flag", True))
-        signal.signal(signal.SIGUSR1, lambda *_args: setattr(self, "_forget_flag", True))
+        """Route SIGHUP, SIGUSR1, SIGTERM and SIGINT through the judging thread's queue.
+
+        The signals are blocked in every thread (call this before ``run`` starts any) and one
+        thread takes them with ``sigwait``: each becomes a queue item, handled at once and in
+        order with the faults around it - a SIGUSR1 sent before an XID forgets only what came
+        before. (A Python handler could not put into the queue safely: it may interrupt the
+        judging thread while that holds the queue's lock.)
+        """
+        wanted = {signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+        names = {signal.SIGHUP: "reload", signal.SIGUSR1: "forget", signal.SIGTERM: "stop", signal.SIGINT: "stop"}
+
+        def take_signals() -> None:
+            while True:
+                received = signal.sigwait(wanted)
+                self._queue.put((names[received],))
+                if names[received] == "stop":
+                    return
+
+        threading.Thread(target=take_signals, name="signals", daemon=True).start()
 
     def request_stop(self) -> None:
-        self._stop_flag = True
+        self._queue.put(("stop",))
 
     def run(self) -> int:
         self._start_metrics()
@@ -147,12 +158,6 @@ class Agent:
         next_tick = time.monotonic()
         try:
             while not self._stop_flag:
-                if self._reload_flag:
-                    self._reload_flag = False
-                    self._reload()
-                if self._forget_flag:
-                    self._forget_flag = False
-                    self._forget()
                 now_mono = time.monotonic()
                 if now_mono >= next_tick:
                     lag = now_mono - next_tick
@@ -162,7 +167,7 @@ class Agent:
                         next_tick = time.monotonic() + self.config.interval
                     continue
                 try:
-                    item = self._queue.get(timeout=min(SIGNAL_LATENCY_S, max(0.0, next_tick - now_mono)))
+                    item = self._queue.get(timeout=max(0.0, next_tick - now_mono))
                 except queue.Empty:
                     continue
                 self._handle(item)
@@ -281,6 +286,12 @@ class Agent:
             self._publish(records)
         elif kind == "snapshot_now":
             self._snapshot(0.0)
+        elif kind == "reload":
+            self._reload()
+        elif kind == "forget":
+            self._forget()
+        elif kind == "stop":
+            self._stop_flag = True
 
     def _snapshot(self, lag: float) -> None:
         if self._reader is None:
@@ -325,7 +336,7 @@ class Agent:
             gpu_count = len(self.state.inventory) or len(self.state.snapshots)
         condition = health_condition(verdict, gpu_count)
         for record in records:
-            self._journal(record)
+            self._journal(record.to_dict())
             summary = record.fault.get("summary", "")
             LOG.warning("health event", extra={"event": record.event, "reason": record.reason,
                                                "verdict": record.verdict, "summary": summary})
@@ -341,19 +352,16 @@ class Agent:
         if self._fence is not None:
             self._fence.update(verdict.state == "fatal", fence_reason(condition.reason, condition.message))
 
-    def _journal(self, record: HealthEvent) -> None:
+    def _journal(self, record: Dict[str, Any]) -> None:
         try:
-            journal.append(self.config.journal, record.to_dict())
+            journal.append(self.config.journal, record)
         except OSError as exc:
             self.count_error("journal", "cannot append to %s: %s" % (self.config.journal, exc))
 
     def _fenced(self, outcome: str, reason: str) -> None:
         LOG.warning("fast fence", extra={"outcome": outcome, "reason": reason})
-        try:
-            journal.append(self.config.journal, {"time": self.clock(), "node": self.config.node,
-                                                 "event": "fenced", "outcome": outcome, "reason": reason})
-        except OSError as exc:
-            self.count_error("journal", str(exc))
+        self._journal({"time": self.clock(), "node": self.config.node, "event": "fenced", "outcome": outcome,
+                       "reason": reason})
 
     # -- signals ---------------------------------------------------------------------------------
     def _reload(self) -> None:
@@ -392,6 +400,10 @@ class Agent:
 
     def _forget(self) -> None:
         with self._lock:
+            dropped = len(self.state.events)
             self.state.forget_xids(self.clock())
-        LOG.warning("XID history forgotten (SIGUSR1)", extra={"node": self.config.node})
+        LOG.warning("XID history forgotten (SIGUSR1)", extra={"node": self.config.node, "dropped": dropped})
+        # The audit trail says why the node turned healthy.
+        self._journal({"time": self.clock(), "node": self.config.node, "event": "forgotten", "dropped": dropped,
+                       "reason": "SIGUSR1"})
         self._snapshot(0.0)

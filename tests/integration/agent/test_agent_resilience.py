@@ -135,9 +135,10 @@ def test_fast_fence_off_leaves_slurm_alone(lab):
 
 
 def agent_api(lab):
-    from kubernetes import client, config
+    """The agents' own identity (their kubeconfig), through the kubernetes package."""
+    from kubernetes import config
 
-    return client.ApiClient(config.new_client_from_config(config_file=str(lab.lab_dir / "agent" / "kubeconfig")))
+    return config.new_client_from_config(config_file=str(lab.lab_dir / "agent" / "kubeconfig"))
 
 
 def test_rbac_allows_only_node_status_and_events(lab):
