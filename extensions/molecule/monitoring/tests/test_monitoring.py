@@ -121,7 +121,11 @@ def test_only_the_fatal_alert_fires_for_the_fatal_node(host):
         result = get_json(host, PROMETHEUS + "/api/v1/alerts")["data"]["alerts"]
         return {a["labels"]["alertname"]: a for a in result if a["state"] == "firing"}
 
-    alerts = wait_for(lambda: (lambda f: f if "GpuNodeFatal" in f else None)(firing()))
+    def fatal_fires():
+        alerts = firing()
+        return alerts if "GpuNodeFatal" in alerts else None
+
+    alerts = wait_for(fatal_fires)
     assert alerts, "GpuNodeFatal fires"
     fatal = alerts["GpuNodeFatal"]
     assert fatal["labels"] == {"alertname": "GpuNodeFatal", "node": "gpu-a-001", "pool": "gpu-a",
