@@ -157,6 +157,18 @@ def descendants_alive(pids: List[int]) -> List[int]:
     return alive
 
 
+def ancestors(pid: int) -> List[int]:
+    """``pid`` and its parents, up to init."""
+    chain = []
+    while pid > 1 and pid not in chain:
+        chain.append(pid)
+        try:
+            pid = int(Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return chain
+
+
 def lab_processes(lab_dir: Path) -> List[int]:
     """Every live process whose command line, environment or working directory names the lab directory.
 
@@ -166,9 +178,12 @@ def lab_processes(lab_dir: Path) -> List[int]:
     # The directory itself or a path in it, never a sibling whose name only starts the same
     # (/var/tmp/gpufleet-pytest-lab-mon is another lab).
     marker = re.compile(re.escape(str(lab_dir)) + r"(?=/|\s|\x00|$)")
+    # This process and its ancestors (a `timeout` or shell that started pytest with
+    # GPUFLEET_TEST_LAB_DIR in its environment) are not the lab's.
+    ours = set(ancestors(os.getpid()))
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) in ours:
             continue
         try:
             cmdline = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
