@@ -141,9 +141,9 @@ def api_load(lab: Lab, count: int, seconds: int, heartbeat: float) -> None:
         publisher.stop(timeout=0.1)
     per_minute = steady * 60.0 / elapsed
     per_node_per_heartbeat = steady / float(count) / (elapsed / heartbeat)
+    figures = (count, heartbeat, elapsed, per_minute, per_node_per_heartbeat, len(errors))
     print("API load: %d nodes, heartbeat %.0f s, %.0f s steady state: %.0f condition writes/min "
-          "(%.2f per node per heartbeat; limit 1), %d errors" % (count, heartbeat, elapsed, per_minute,
-                                                               per_node_per_heartbeat, len(errors)))
+          "(%.2f per node per heartbeat; limit 1), %d errors" % figures)
     for name in names:
         with contextlib.suppress(ApiException):
             api.delete_node(name)
@@ -167,4 +167,3 @@ def bench_lab(faults: int, api_nodes: int, api_seconds: int, heartbeat: float) -
     finally:
         lab.playbook("lab-down.yml")
         print("after lab-down: %d lab processes left" % len(lab_processes(lab.lab_dir)))
-

@@ -28,10 +28,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print("config error: %s" % exc, file=sys.stderr)
+        sys.stderr.write("config error: %s\n" % exc)
         return 2
     if args.check_config:
-        print(json.dumps(asdict(config), indent=2, sort_keys=True))
+        sys.stdout.write(json.dumps(asdict(config), indent=2, sort_keys=True) + "\n")
         return 0
     setup_logging(config.log_level)
     # Imported here so --check-config works on a host without pynvml or kubernetes.
@@ -43,4 +43,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

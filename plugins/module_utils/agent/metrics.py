@@ -15,8 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Tuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import CollectorRegistry
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.registry import CollectorRegistry
+except ImportError:  # pragma: no cover - the agent's hosts install it; modules never import this file
+    CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = None
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     STATES,
@@ -154,7 +157,9 @@ class AgentCollector:
         yield from families(self.view())
 
 
-def registry_for(view: Callable[[], MetricsView]) -> CollectorRegistry:
+def registry_for(view: Callable[[], MetricsView]) -> "CollectorRegistry":
+    if CollectorRegistry is None:
+        raise RuntimeError("the agent needs the Python package prometheus-client (pip install prometheus-client)")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(view))
     return registry

@@ -114,8 +114,11 @@ def test_fast_fence_on_drains_within_a_second(lab, fast_fence):
     assert "DRAIN" not in slurm_node(lab, "gpu-a-004")[0]
     injected = time.monotonic()
     probe.fakegpu("xid", "--gpu", "2", "--xid", "79")
-    _state, reason = wait_for(lambda: (lambda s: s if "DRAIN" in s[0] else None)(slurm_node(lab, "gpu-a-004")),
-                             5, interval=0.02, what="gpu-a-004 drained")
+    def drained():
+        state = slurm_node(lab, "gpu-a-004")
+        return state if "DRAIN" in state[0] else None
+
+    _state, reason = wait_for(drained, 5, interval=0.02, what="gpu-a-004 drained")
     elapsed = time.monotonic() - injected
     assert reason.startswith("gpufleet: Xid79 GPU 2 ("), reason
     assert elapsed < 1.0, "drained %.2fs after the fault" % elapsed

@@ -37,8 +37,8 @@ def view(**changes):
 def test_names_units_and_labels_follow_the_conventions():
     found = samples(view())
     gpu0 = (("gpu", "0"), ("uuid", UUID))
-    assert found[("gpufleet_gpu_xid_errors_total", (("action", "RESTART_BM"), ("gpu", "0"), ("uuid", UUID),
-                                                     ("xid", "79")))] == 2
+    xid79 = (("action", "RESTART_BM"), ("gpu", "0"), ("uuid", UUID), ("xid", "79"))
+    assert found[("gpufleet_gpu_xid_errors_total", xid79)] == 2
     assert found[("gpufleet_gpu_temperature_celsius", gpu0)] == 91
     assert found[("gpufleet_gpu_power_watts", gpu0)] == 412.5
     dbe = tuple(sorted((*gpu0, ("counter", "volatile"), ("type", "uncorrectable"))))

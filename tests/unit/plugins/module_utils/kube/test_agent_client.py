@@ -23,8 +23,8 @@ def kubeconfig(user, cluster=None, context="lab"):
     return {
         "current-context": context,
         "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
-        "clusters": [{"name": "c", "cluster": cluster or {"server": "https://127.0.0.1:6443",
-                                                         "certificate-authority-data": PEM}}],
+        "clusters": [{"name": "c", "cluster": cluster or {
+            "server": "https://127.0.0.1:6443", "certificate-authority-data": PEM}}],
         "users": [{"name": "u", "user": user}],
     }
 
