@@ -112,11 +112,13 @@ def test_fast_fence_on_drains_within_a_second(lab, fast_fence):
     probe = fast_fence
     probe.reset()
     assert "DRAIN" not in slurm_node(lab, "gpu-a-004")[0]
-    injected = time.monotonic()
-    probe.fakegpu("xid", "--gpu", "2", "--xid", "79")
+
     def drained():
         state = slurm_node(lab, "gpu-a-004")
         return state if "DRAIN" in state[0] else None
+
+    injected = time.monotonic()
+    probe.fakegpu("xid", "--gpu", "2", "--xid", "79")
 
     _state, reason = wait_for(drained, 5, interval=0.02, what="gpu-a-004 drained")
     elapsed = time.monotonic() - injected
