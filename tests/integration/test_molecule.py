@@ -20,7 +20,7 @@ SCENARIOS = sorted(p.parent.name for p in (REPO / "extensions" / "molecule").glo
 
 
 def test_every_role_with_a_lab_backend_has_a_scenario():
-    assert {"kubernetes", "node_pool", "slurm", "monitoring"} <= set(SCENARIOS)
+    assert {"kubernetes", "node_pool", "slurm", "monitoring", "health_agent"} <= set(SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
