@@ -65,6 +65,12 @@ def condition(host, node):
     return None
 
 
+def unhealthy(host, node):
+    """The GpuHealthy condition of ``node`` when it is False, else None (for wait_for)."""
+    found = condition(host, node)
+    return found if found and found["status"] == "False" else None
+
+
 def metrics(host, node):
     return host.check_output("curl -fsS http://127.0.0.1:%d/metrics" % port_of(node))
 
@@ -192,8 +198,7 @@ def test_xid_79_makes_the_node_unhealthy(host):
         count = wait_for(lambda: sample(metrics(host, node), "gpufleet_gpu_xid_errors_total", gpu="0", xid="79"),
                          timeout=5, what="gpufleet_gpu_xid_errors_total{xid=79}")
         assert count >= 1
-        found = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(condition(host, node)),
-                         timeout=5, what="GpuHealthy False on %s" % node)
+        found = wait_for(lambda: unhealthy(host, node), timeout=5, what="GpuHealthy False on %s" % node)
         assert found["reason"] == "Xid79"
         assert found["message"].startswith("fatal, RESTART_BM: GPU 0 (%s" % uuid)
         journal = host.file(str(LAB / "agent" / ("%s.events.jsonl" % node))).content_string.splitlines()
@@ -222,8 +227,7 @@ def test_kernel_log_line_reaches_its_agent(host):
         wait_for(lambda: (sample(metrics(host, node), "gpufleet_agent_xid_events_total", source="kernel_log") or 0)
                  > before, timeout=5, what="a kernel-log XID read by %s's agent" % node)
         assert sample(metrics(host, node), "gpufleet_gpu_xid_errors_total", gpu="1", xid="13") >= 1
-        found = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(condition(host, node)),
-                         timeout=5, what="GpuHealthy False on %s" % node)
+        found = wait_for(lambda: unhealthy(host, node), timeout=5, what="GpuHealthy False on %s" % node)
         assert found["reason"] == "Xid13"
     finally:
         reset(host, node)
