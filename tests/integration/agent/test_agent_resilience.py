@@ -185,3 +185,32 @@ def test_rbac_allows_only_node_status_and_events(lab):
     assert not allowed("patch", "nodes")
     assert not allowed("get", "secrets", namespace="gpufleet-system")
     assert not allowed("create", "pods", "eviction", namespace="default")
+
+
+def test_condition_survives_a_node_ready_flap(lab):
+    """kwok, like a kubelet, keeps the conditions it does not own when it sets a node Ready again."""
+    probe = AgentProbe(lab, "gpu-a-004")
+    probe.reset()
+    api = lab.kube()
+
+    def ready():
+        node = api.read_node("gpu-a-004")
+        return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), None)
+
+    api.patch_node("gpu-a-004", {"metadata": {"annotations": {"gpufleet.io/lab-node-lost": "true"}}})
+    try:
+        wait_for(lambda: ready() == "False", 30, interval=0.2, what="gpu-a-004 NotReady")
+    finally:
+        api.patch_node("gpu-a-004", {"metadata": {"annotations": {"gpufleet.io/lab-node-lost": None}}})
+    # Read in the same object as Ready's return, so the agent's 60 s heartbeat cannot have put the
+    # condition back in between.
+    def ready_again():
+        node = api.read_node("gpu-a-004")
+        return node if conditions(node).get("Ready") == "True" else None
+
+    node = wait_for(ready_again, 30, interval=0.1, what="gpu-a-004 Ready again")
+    assert conditions(node).get("GpuHealthy") == "True"
+
+
+def conditions(node):
+    return {c.type: c.status for c in node.status.conditions or []}
