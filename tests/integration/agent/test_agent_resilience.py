@@ -202,6 +202,7 @@ def test_condition_survives_a_node_ready_flap(lab):
         wait_for(lambda: ready() == "False", 30, interval=0.2, what="gpu-a-004 NotReady")
     finally:
         api.patch_node("gpu-a-004", {"metadata": {"annotations": {"gpufleet.io/lab-node-lost": None}}})
+
     # Read in the same object as Ready's return, so the agent's 60 s heartbeat cannot have put the
     # condition back in between.
     def ready_again():
