@@ -148,8 +148,11 @@ def test_kernel_log_only_xid(lab, probe):
     journal, events = snapshot_before(probe)
     gpu = probe.gpu(2)
     bus = gpu["pci_bus_id"].split(":", 1)[1]  # "18:00.0" style, as the driver prints it
-    probe.kernel_line("[ 8123.456789] NVRM: Xid (PCI:0000:%s): 94, pid=2301, name=python3, "
-                      "Contained: CE User Channel (0x9). RST: No, D-RST: No" % bus)
+    # dmesg's stamp is seconds since this host booted: the line is written now, so it says now.
+    with open("/proc/uptime") as uptime:
+        now = float(uptime.read().split()[0])
+    probe.kernel_line("[%12.6f] NVRM: Xid (PCI:0000:%s): 94, pid=2301, name=python3, "
+                      "Contained: CE User Channel (0x9). RST: No, D-RST: No" % (now, bus))
     reference = evaluate([XidEvent(xid=94, source="kernel_log", gpu_index=2)])
     alert = "GpuNodeFatal" if reference.state == "fatal" else "GpuNodeDegraded"
     condition, record = assert_published(probe, "Xid94", reference.state, alert, journal, events)

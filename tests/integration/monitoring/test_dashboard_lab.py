@@ -53,6 +53,8 @@ def test_every_panel_runs_and_shows_the_fault(lab):
         assert {s["metric"]["reason"] for s in panels["Clock-event reasons (GPUs affected)"]} >= {"hw_thermal_slowdown"}
         for panel in ("GPU power", "Agent up (scrape and NVML)", "Snapshot age", "Nodes by verdict"):
             assert panels[panel], panel
-        assert len({s["metric"]["node"] for s in panels["Agent up (scrape and NVML)"]}) == 4
+        # Every agent of the first pool (a pool added by an earlier test may have more).
+        answering = {s["metric"]["node"] for s in panels["Agent up (scrape and NVML)"]}
+        assert answering >= {"gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"}
     finally:
         probe.reset()

@@ -74,6 +74,9 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
         slurm_slinky_operator_namespace=NAMESPACES[1],
         # kwok runs no pods for real: nothing would ever become ready to wait for.
         slurm_slinky_wait=False,
+        # This cluster runs no Prometheus Operator; the `existing` monitoring backend is tested
+        # against the Operator's CRDs in tests/integration/monitoring/test_operator_objects.py.
+        monitoring_backend="none",
     )
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "group_vars" / "all" / "site.yml").write_text(yaml.safe_dump(site_vars))
@@ -87,6 +90,9 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
                         "--ignore-not-found", "--kubeconfig", str(lab.kubeconfig)],
                        capture_output=True, timeout=180, check=False, env=helm_env(inventory))
     core = lab.kube()
+    apps = client.AppsV1Api(core.api_client)
+    _ignore_missing(apps.delete_namespaced_daemon_set, "gpufleet-health-agent", "gpufleet-system")
+    _ignore_missing(core.delete_namespaced_config_map, "gpufleet-health-agent", "gpufleet-system")
     for name in GROUPS:
         _ignore_missing(core.delete_node, name)
     _ignore_missing(client.StorageV1Api(core.api_client).delete_storage_class, "standard")
@@ -174,6 +180,11 @@ def test_one_click_installs_slinky_on_an_existing_cluster_and_reruns_unchanged(l
     assert set(by_pool) == {"site-h100", "site-h200"}, sorted(nodesets)
     assert by_pool["site-h100"]["spec"]["replicas"] == 2
     assert by_pool["site-h200"]["spec"]["replicas"] == 1
+
+    # The health agents go on as a DaemonSet the API server accepted (kwok runs no pods).
+    apps = client.AppsV1Api(api.api_client)
+    daemonset = apps.read_namespaced_daemon_set("gpufleet-health-agent", "gpufleet-system")
+    assert daemonset.spec.template.spec.service_account_name == "gpufleet-health-agent"
 
     again = one_click(lab, site)
     assert again.rc == 0, again.output[-6000:]
