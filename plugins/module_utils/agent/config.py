@@ -38,7 +38,7 @@ them, and a SIGHUP with a bad file keeps the running configuration.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -211,7 +211,3 @@ def parse_config(raw: Any) -> AgentConfig:
         log_level=level,
     )
 
-
-def with_overrides(config: AgentConfig, **changes: Any) -> AgentConfig:
-    """A copy with top-level fields replaced (for tests and the command line)."""
-    return replace(config, **changes)

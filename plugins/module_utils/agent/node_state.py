@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
     Thresholds,
     XidEvent,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import with_identity
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import describe, evaluate
 
 DUPLICATE_S = 5.0
@@ -105,16 +106,6 @@ def _same_gpu(event: XidEvent, other: XidEvent) -> bool:
     return event.gpu_index is None and other.gpu_index is None
 
 
-def _with_identity(event: XidEvent, inventory: Sequence[GpuInfo]) -> XidEvent:
-    """Fill the GPU index and UUID of a kernel-log event from the inventory, by PCI bus id."""
-    if event.gpu_index is not None or event.pci_bus_id is None:
-        return event
-    for gpu in inventory:
-        if gpu.pci_bus_id == event.pci_bus_id:
-            return replace(event, gpu_index=gpu.index, gpu_uuid=event.gpu_uuid or gpu.uuid)
-    return event
-
-
 def _fault_of(event: XidEvent, verdict: HealthVerdict) -> Optional[Fault]:
     """The verdict's fault that covers this XID event (same code, same device)."""
     for fault in verdict.faults:
@@ -171,7 +162,7 @@ class NodeState:
             if event.timestamp is None:
                 # No clock in the line (a plain file, a bare NVRM line): it arrived now.
                 event = replace(event, timestamp=now)
-            event = _with_identity(event, self.inventory)
+            event = with_identity(event, self.inventory)
             duplicate = self._is_duplicate(event)
             self.events.append(event)
             self._recent.append(event)

@@ -114,14 +114,14 @@ def sense_node(
             if wait_for_xid > 0:
                 events.extend(reader.wait_for_xid(wait_for_xid))
             snapshots = reader.snapshot()
-        events = [_with_identity(event, gpus) for event in events]
+        events = [with_identity(event, gpus) for event in events]
     if driver_version is None:
         driver_version = driver
     verdict = evaluate(events=events, snapshots=snapshots, thresholds=thresholds, driver_version=driver_version)
     return NodeHealth(verdict=verdict, gpus=gpus, snapshots=snapshots, events=events, driver_version=driver_version)
 
 
-def _with_identity(event: XidEvent, gpus: Sequence[GpuInfo]) -> XidEvent:
+def with_identity(event: XidEvent, gpus: Sequence[GpuInfo]) -> XidEvent:
     """Fill a kernel-log event's GPU index/UUID from the NVML inventory by PCI bus id."""
     if event.gpu_index is not None or event.pci_bus_id is None:
         return event
