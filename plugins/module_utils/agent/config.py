@@ -210,4 +210,3 @@ def parse_config(raw: Any) -> AgentConfig:
         ),
         log_level=level,
     )
-
