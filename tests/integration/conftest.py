@@ -32,6 +32,13 @@ def lab() -> Lab:
     """
     lab_dir = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
     the_lab = Lab(lab_dir=lab_dir, extra_vars=dict(TEST_LAB_VARS))
+    # Development only: GPUFLEET_TEST_LAB_KEEP=1 reuses a running test lab and leaves it up.
+    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") == "1":
+        if not (lab_dir / "run" / "kube-apiserver.pid").exists():
+            up = the_lab.playbook("one-click-slurm.yml")
+            assert up.rc == 0, up.output[-6000:]
+        yield the_lab
+        return
     if lab_dir.exists():
         # A previous session that died: stop what its records name, then start clean.
         the_lab.playbook("lab-down.yml")

@@ -8,7 +8,8 @@ signals them - with a reason starting ``gpufleet:`` and without Slinky's ``slurm
 prefix, so the operator leaves it alone.
 
 * It never resumes a node; putting a node back is remediation's decision, after a repair.
-* A node already DRAIN or DOWN keeps its state and its reason (somebody, maybe a human, set it).
+* A node already DRAIN or DOWN keeps its state and its reason (somebody, maybe a human, set it);
+  ``slurm.fence.plan_node_state`` decides, the same code as the slurm_node module.
 * It fences once per fatal episode; a failure (Slurm down) is retried with a capped backoff until
   it succeeds or the verdict is no longer fatal.
 * ``scontrol`` runs in the fence's own thread: a hung controller never stalls sensing.
@@ -22,10 +23,11 @@ import time
 from typing import Any, Callable, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import OWNER_PREFIX, plan_node_state
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 LOG = logging.getLogger("gpufleet.agent.fence")
-REASON_PREFIX = "gpufleet:"
+REASON_PREFIX = OWNER_PREFIX
 SCONTROL_TIMEOUT = 5.0
 BACKOFF_MAX = 30.0
 
@@ -101,9 +103,13 @@ class FastFence:
         client = self.client_factory()
         started = time.monotonic()
         node = client.nodes([self.node], with_jobs=False)[self.node]
-        if node.state == "DOWN" or "DRAIN" in node.flags:
-            LOG.info("fast fence: %s is already %s (%s); left as it is", self.node, node.long_state, node.reason)
+        # The shared decision (slurm.fence) says whose fence it is; the fast fence never rewrites a
+        # fence, not even ours: the remediation's reason names its run.
+        decision = plan_node_state(node, "drain", reason, REASON_PREFIX, update_reason=False)
+        if not decision.changed:
+            LOG.info("fast fence: %s is already %s (%s, %s); left as it is", self.node, node.long_state,
+                     "someone else's" if decision.foreign_reason is not None else "ours", node.reason)
             return "kept:%s" % node.long_state
-        client.set_node_state(self.node, "DRAIN", reason)
+        client.set_node_state(self.node, decision.write_state, decision.write_reason)
         LOG.info("fast fence: drained %s in %.3fs: %s", self.node, time.monotonic() - started, reason)
         return "drained"

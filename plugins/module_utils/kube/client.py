@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.errors import KubeError, api_error
@@ -16,10 +17,64 @@ try:
 except ImportError:  # pragma: no cover - reported by kube_client() with a clear message
     k8s_client = None
     k8s_config = None
-    ApiException = Exception  # type: ignore[assignment,misc]
+
+    class ApiException(Exception):  # type: ignore[no-redef]
+        """Stand-in: without the package no call is made (core_v1() fails first), so none is raised."""
+
+
+try:
+    # The kubernetes client raises urllib3's errors, not ApiException, when the API server
+    # cannot be reached at all (connection refused, TLS, timeouts).
+    from urllib3.exceptions import HTTPError as TransportError
+except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
+
+    class TransportError(Exception):  # type: ignore[no-redef]
+        """Stand-in, as ApiException above."""
+
 
 # ApiException is re-exported for the callers that catch it.
-__all__ = ["ApiException", "KubeError", "api_error", "core_v1"]
+__all__ = [
+    "ApiException",
+    "KubeError",
+    "TransportError",
+    "api_error",
+    "api_failure",
+    "api_message",
+    "core_v1",
+    "unreachable",
+]
+
+
+def api_message(exc: Exception) -> str:
+    """The API server's own words from a refusal: the Status message and its causes' messages.
+
+    An eviction refused for a PodDisruptionBudget says which budget in ``details.causes``.
+    """
+    try:
+        status = json.loads(getattr(exc, "body", None) or "")
+    except (TypeError, ValueError):
+        return ""
+    if not isinstance(status, dict):
+        return ""
+    parts = [status.get("message") or ""]
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if isinstance(cause, dict) and cause.get("message") and cause["message"] not in parts:
+            parts.append(cause["message"])
+    return "; ".join(part for part in parts if part)
+
+
+def api_failure(exc: Exception, what: str) -> KubeError:
+    """Like ``api_error``, with the API server's message appended when the answer carried one."""
+    error = api_error(exc, what)
+    message = api_message(exc)
+    if message:
+        error = KubeError("%s: %s" % (error, message), error.status)
+    return error
+
+
+def unreachable(exc: Exception, what: str) -> KubeError:
+    """The KubeError for a call that never got an answer from the API server."""
+    return KubeError("%s: cannot reach the Kubernetes API server: %s" % (what, exc))
 
 
 def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:

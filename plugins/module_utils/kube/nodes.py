@@ -18,7 +18,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, KubeError, api_error
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    ApiException,
+    KubeError,
+    TransportError,
+    api_error,
+    api_failure,
+    unreachable,
+)
 
 MANAGED_LABELS = "gpufleet.io/managed-labels"
 MANAGED_TAINTS = "gpufleet.io/managed-taints"
@@ -49,11 +56,12 @@ class NodeResult:
     after: Dict[str, Any] = field(default_factory=dict)
 
 
-def _taint_key(taint: Mapping[str, Any]) -> Tuple[str, str]:
+def taint_key(taint: Mapping[str, Any]) -> Tuple[str, str]:
+    """A taint's identity on a node: key and effect (the API server refuses two with the same)."""
     return (taint.get("key") or "", taint.get("effect") or "")
 
 
-def _clean_taint(taint: Mapping[str, Any]) -> Dict[str, Any]:
+def clean_taint(taint: Mapping[str, Any]) -> Dict[str, Any]:
     # The API returns timeAdded for NoExecute taints and null values; compare what matters.
     cleaned = {"key": taint.get("key"), "effect": taint.get("effect")}
     if taint.get("value"):
@@ -73,12 +81,12 @@ def plan_node_edit(node: Mapping[str, Any], labels: Mapping[str, str], taints: S
     name = meta.get("name") or ""
     current_labels = dict(meta.get("labels") or {})
     annotations = dict(meta.get("annotations") or {})
-    current_taints = [_clean_taint(t) for t in (node.get("spec") or {}).get("taints") or []]
+    current_taints = [clean_taint(t) for t in (node.get("spec") or {}).get("taints") or []]
 
     old_labels = set(json.loads(annotations.get(MANAGED_LABELS, "[]")))
     old_taints = {tuple(k) for k in json.loads(annotations.get(MANAGED_TAINTS, "[]"))}
-    want_taints = [_clean_taint(t) for t in taints]
-    want_keys = {_taint_key(t) for t in want_taints}
+    want_taints = [clean_taint(t) for t in taints]
+    want_keys = {taint_key(t) for t in want_taints}
 
     label_patch: Dict[str, Optional[str]] = {
         key: value for key, value in labels.items() if current_labels.get(key) != value
@@ -87,10 +95,10 @@ def plan_node_edit(node: Mapping[str, Any], labels: Mapping[str, str], taints: S
         if key in current_labels:
             label_patch[key] = None
 
-    by_key = {_taint_key(t): t for t in want_taints}
+    by_key = {taint_key(t): t for t in want_taints}
     new_taints: List[Dict[str, Any]] = []
     for taint in current_taints:
-        key = _taint_key(taint)
+        key = taint_key(taint)
         if key in want_keys:
             wanted = dict(by_key.pop(key))
             if taint.get("timeAdded"):
@@ -98,7 +106,7 @@ def plan_node_edit(node: Mapping[str, Any], labels: Mapping[str, str], taints: S
             new_taints.append(wanted)
         elif key not in old_taints:
             new_taints.append(taint)  # someone else's: keep it exactly
-    new_taints.extend(t for t in want_taints if _taint_key(t) in by_key)
+    new_taints.extend(t for t in want_taints if taint_key(t) in by_key)
 
     managed_labels = json.dumps(sorted(labels))
     managed_taints = json.dumps(sorted([list(k) for k in want_keys]))
@@ -137,17 +145,26 @@ class NodeWriter:
         self.attempts = attempts
 
     def list_nodes(self, selector: str) -> List[Dict[str, Any]]:
+        what = "list nodes with selector %r" % selector
         try:
             listed = self.core_v1.list_node(label_selector=selector)
         except ApiException as exc:
-            raise api_error(exc, "list nodes with selector %r" % selector) from exc
+            raise api_error(exc, what) from exc
+        except TransportError as exc:
+            raise unreachable(exc, what) from exc
         return [self._as_dict(node) for node in listed.items]
 
     def read_node(self, name: str) -> Dict[str, Any]:
         try:
             return self._as_dict(self.core_v1.read_node(name))
         except ApiException as exc:
+            if getattr(exc, "status", None) == 404:
+                raise KubeError(
+                    "node %s not found: the cluster has no Node of that name (HTTP 404)" % name, 404
+                ) from exc
             raise api_error(exc, "read node %s" % name) from exc
+        except TransportError as exc:
+            raise unreachable(exc, "read node %s" % name) from exc
 
     def _as_dict(self, node: Any) -> Dict[str, Any]:
         return node if isinstance(node, dict) else self.core_v1.api_client.sanitize_for_serialization(node)
@@ -161,13 +178,25 @@ class NodeWriter:
         dry_run: bool = False,
         on_conflict: Optional[Callable[[str, int], None]] = None,
     ) -> NodeResult:
-        """Give node ``name`` these labels and taints; retried while another writer races us.
+        """Give node ``name`` these labels and taints; retried while another writer races us."""
+        return self.edit(name, lambda node: plan_node_edit(node, labels, taints), check_mode, dry_run, on_conflict)
 
-        ``dry_run`` sends the patch with the API server's own dry run (validated, not stored);
-        ``check_mode`` sends nothing.
+    def edit(
+        self,
+        name: str,
+        plan: Callable[[Dict[str, Any]], NodeEdit],
+        check_mode: bool = False,
+        dry_run: bool = False,
+        on_conflict: Optional[Callable[[str, int], None]] = None,
+    ) -> NodeResult:
+        """Read node ``name``, ``plan`` its patch, send it; on 409 read again and plan again.
+
+        ``plan`` is pure: it gets the Node as a dict and returns a NodeEdit whose patch carries
+        the resourceVersion it was computed from (or is empty). ``dry_run`` sends the patch with
+        the API server's own dry run (validated, not stored); ``check_mode`` sends nothing.
         """
         for attempt in range(1, self.attempts + 1):
-            edit = plan_node_edit(self.read_node(name), labels, taints)
+            edit = plan(self.read_node(name))
             if not edit.changed or check_mode:
                 return NodeResult(name, edit.changed, attempt, edit.before, edit.after)
             try:
@@ -177,7 +206,9 @@ class NodeWriter:
                     if on_conflict is not None:
                         on_conflict(name, attempt)
                     continue
-                raise api_error(exc, "patch node %s" % name) from exc
+                raise api_failure(exc, "patch node %s" % name) from exc
+            except TransportError as exc:
+                raise unreachable(exc, "patch node %s" % name) from exc
             return NodeResult(name, True, attempt, edit.before, edit.after)
         raise KubeError(
             "node %s changed under us %d times in a row; giving up without writing" % (name, self.attempts), 409

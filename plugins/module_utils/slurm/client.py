@@ -122,7 +122,7 @@ class SlurmClient:
 
     def set_node_state(self, node: str, state: str, reason: Optional[str] = None) -> CommandResult:
         """``scontrol update NodeName=<node> State=<state> [Reason=<reason>]``."""
-        _check_node(node)
+        check_node(node)
         state = str(state).upper()
         if state not in NODE_STATES:
             raise FieldError("state", "must be one of %s, not %r" % (", ".join(NODE_STATES), state))
@@ -138,37 +138,46 @@ class SlurmClient:
 
     def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
         """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled."""
-        ids = _check_job_ids(job_ids)
-        signal = str(signal).upper()
-        if not _SIGNAL.match(signal):
-            raise FieldError("signal", "must be a signal name or number, not %r" % signal)
+        ids = check_job_ids(job_ids)
+        signal = check_signal(signal)
         return self.runner.run("scancel", "signal full job_ids", mutating=True, signal=signal, full=full,
                                job_ids=ids)
 
     def requeue(self, job_ids: Sequence[Any]) -> CommandResult:
         """``scontrol requeue <id,id>``: the jobs go back to PENDING and restart elsewhere."""
         return self.runner.run("scontrol", "action job_list", mutating=True, action=["requeue"],
-                               job_list=_check_job_ids(job_ids))
+                               job_list=check_job_ids(job_ids))
 
     def cancel(self, job_ids: Sequence[Any]) -> CommandResult:
         """``scancel <ids>``."""
-        return self.runner.run("scancel", "job_ids", mutating=True, job_ids=_check_job_ids(job_ids))
+        return self.runner.run("scancel", "job_ids", mutating=True, job_ids=check_job_ids(job_ids))
 
 
-def _check_node(node: Any) -> None:
+def check_node(node: Any, field: str = "node") -> str:
+    """``node`` if it is one node name (never a host list or an option); else FieldError(field)."""
     if not isinstance(node, str) or not _NODE_NAME.match(node):
-        raise FieldError("node", "must be one node name (letters, digits, '.', '_', '-'), not %r" % (node,))
+        raise FieldError(field, "must be one node name (letters, digits, '.', '_', '-'), not %r" % (node,))
+    return node
 
 
-def _check_job_ids(job_ids: Sequence[Any]) -> List[str]:
+def check_signal(signal: Any, field: str = "signal") -> str:
+    """The signal upper case (``TERM``, ``SIGUSR1``, ``15``); else FieldError(field)."""
+    text = str(signal).upper()
+    if not _SIGNAL.match(text):
+        raise FieldError(field, "must be a signal name or number, not %r" % text)
+    return text
+
+
+def check_job_ids(job_ids: Sequence[Any], field: str = "job_ids", allow_empty: bool = False) -> List[str]:
+    """Job ids as strings (``12``, ``12_3``); anything else, or none unless allowed, is FieldError(field)."""
     if isinstance(job_ids, (str, int)):
         job_ids = [job_ids]
     ids = [str(job_id) for job_id in job_ids or []]
-    if not ids:
-        raise FieldError("job_ids", "must name at least one job")
+    if not ids and not allow_empty:
+        raise FieldError(field, "must name at least one job")
     bad = [job_id for job_id in ids if not _JOB_ID.match(job_id)]
     if bad:
-        raise FieldError("job_ids", "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
+        raise FieldError(field, "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
     return ids
 
 

@@ -119,8 +119,15 @@ def job_from_json(obj: Mapping[str, Any]) -> SlurmJob:
     state, flags = _job_state(obj.get("job_state"))
     nodelist = null(obj.get("nodes")) or ""
     requeue = obj.get("requeue")
+    job_id = str(json_number(obj["job_id"]) if isinstance(obj["job_id"], Mapping) else obj["job_id"])
+    # An array task's own job id names the whole array when it equals array_job_id (the task that
+    # got the array's id): `scancel 12` would signal every task, on every node. Text output (%i)
+    # and scancel/scontrol use 12_3; so does this. A pending array not yet split has no task id.
+    array_job, array_task = json_number(obj.get("array_job_id")), json_number(obj.get("array_task_id"))
+    if array_job and array_task is not None:
+        job_id = "%d_%d" % (array_job, array_task)
     return SlurmJob(
-        job_id=str(json_number(obj["job_id"]) if isinstance(obj["job_id"], Mapping) else obj["job_id"]),
+        job_id=job_id,
         state=state, flags=flags, name=null(obj.get("name")), reason=null(obj.get("state_reason")),
         nodelist=nodelist, nodes=tuple(expand_hostlist(nodelist)), partition=null(obj.get("partition")),
         user=null(obj.get("user_name")), requeue=bool(requeue) if requeue is not None else None,

@@ -1,0 +1,36 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""A GPU reset in the lab: what ``nvidia-smi -r -i N`` does to a real node, done to a simulated one.
+
+The fake GPUs' state goes back to healthy (the volatile ECC counters, a lost GPU and pending XID
+events are cleared, as a reset clears them), and the node's health agent is told with SIGUSR1 to
+forget its XID history - otherwise the XID that caused the reset would keep the node fatal for
+the agent's whole window. The agent is found by its recorded PID (``<lab>/run``), never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, Dict, List
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.process import is_alive, read_record
+
+
+def reset_lab_gpu(lab_dir: str, node: str, gpu: Any, check_mode: bool = False) -> Dict[str, Any]:
+    state_dir = os.path.join(lab_dir, "gpus", node)
+    if not os.path.isdir(state_dir):
+        raise FieldError("node", "%s has no simulated GPUs in %s" % (node, state_dir))
+    actions: List[str] = []
+    actions.append("reset the simulated GPU%s of %s" % ("" if gpu is None else " %s" % gpu, node))
+    record = read_record(os.path.join(lab_dir, "run"), "health-agent-%s" % node)
+    agent_alive = record is not None and is_alive(record)
+    if agent_alive:
+        actions.append("SIGUSR1 to health agent PID %d (forget the XID history)" % record.pid)
+    if not check_mode:
+        fake_gpu_state.clear(state_dir)
+        if agent_alive:
+            os.kill(record.pid, signal.SIGUSR1)
+    return {"changed": True, "actions": actions, "agent_told": agent_alive}

@@ -1,0 +1,196 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The calls the remediation modules make: each module's ``main`` is argument parsing plus one of these."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import notify
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import record as records
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.breaker import BreakerPolicy
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.escalation import EscalationPolicy
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import check_overrides
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.store import Policy, RemediationStore
+
+BREAKER_ALERT = "GpuRemediationBreakerTripped"
+
+
+def policy_from(params: Mapping[str, Any]) -> Policy:
+    return Policy(
+        namespace=params.get("namespace") or "gpufleet-system",
+        pool_selector=params.get("pool_selector") or "gpufleet.io/pool",
+        plans=check_overrides(params.get("plans")),
+        breaker=BreakerPolicy.from_dict(params.get("breaker")),
+        escalation=EscalationPolicy.from_dict(params.get("escalation")),
+        lease_s=float(params.get("lease") or 1800.0),
+    )
+
+
+def store_from(params: Mapping[str, Any], check_mode: bool) -> RemediationStore:
+    policy = policy_from(params)  # bad settings fail before any API call
+    return RemediationStore(core_v1(params.get("kubeconfig"), params.get("context")), policy, write=not check_mode)
+
+
+def breaker_alert(node: str, why: str, now: float, resolved: bool = False) -> Dict[str, Any]:
+    return notify.alert(
+        BREAKER_ALERT,
+        {"breaker": "remediation"},
+        "The GPU remediation circuit breaker is open: automatic remediation has stopped",
+        "%s Remediation of %s was refused. Look at the fleet, then run playbooks/remediation-reset.yml." % (why, node),
+        now,
+        resolved=resolved,
+    )
+
+
+def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    now = time.time() if now is None else now
+    store = store_from(params, check_mode)
+    result = store.start(params["node"], dict(params.get("trigger") or {}), now, params.get("fault"))
+    result["changed"] = bool(not result.get("skip") and not check_mode)
+    breaker = (result.get("decisions") or {}).get("breaker")
+    result["alerts"] = []
+    if breaker and not breaker["granted"] and params.get("alertmanager_url") and not check_mode:
+        alert = breaker_alert(params["node"], breaker["why"], now)
+        notify.post_alerts(params["alertmanager_url"], [alert])
+        result["alerts"].append(alert["labels"]["alertname"])
+    return result
+
+
+def record_phase(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    now = time.time() if now is None else now
+    store = store_from(params, check_mode)
+    node, remediation_id, phase = params["node"], params["remediation_id"], params.get("phase")
+
+    def change(current: Dict[str, Any]) -> Dict[str, Any]:
+        updated = current
+        if params.get("intent") is not None:
+            updated = progress_rules.add_intent(updated, phase, params["intent"])
+        elif phase:
+            updated = progress_rules.mark_phase(updated, phase, params.get("outcome") or {}, now, params.get("stop"))
+        if params.get("result"):
+            updated = progress_rules.finish(updated, params["result"], now, params.get("error"))
+        return updated
+
+    before = store.read_progress(node) or {}
+    after = store.update(node, remediation_id, now, change)
+    return {
+        "changed": after != before and not check_mode,
+        "progress": after,
+        "pending": progress_rules.pending(after) if after.get("plan") else [],
+        "summary": progress_rules.summary(after) if after.get("plan") else "",
+    }
+
+
+def reset_breaker(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    now = time.time() if now is None else now
+    store = store_from(params, check_mode)
+    answer = store.reset_breaker(bool(params.get("clear_slots")))
+    cleared = []
+    if params.get("clear_history"):
+        cleared = store.clear_history(params.get("nodes") or None)
+    alerts = []
+    if params.get("alertmanager_url") and not check_mode and answer["before"].get("tripped"):
+        notify.post_alerts(
+            params["alertmanager_url"], [breaker_alert("(reset)", "Reset by a human.", now, resolved=True)]
+        )
+        alerts.append(BREAKER_ALERT)
+    return {
+        "changed": bool(answer["changed"] or cleared),
+        "breaker": answer["after"],
+        "before": answer["before"],
+        "history_cleared": cleared,
+        "alerts_resolved": alerts,
+    }
+
+
+def read_breaker(params: Mapping[str, Any]) -> Dict[str, Any]:
+    store = store_from(params, True)
+    state = store.breaker_state()
+    return {"changed": False, "breaker": state.as_data()}
+
+
+def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    """remediation_record: notify at the start, alert for a hold, or write the audit record at the end."""
+    now = time.time() if now is None else now
+    state, node, remediation_id = params["state"], params["node"], params["remediation_id"]
+    store = store_from(params, check_mode)
+    progress = store.read_progress(node) or {}
+    if check_mode and progress.get("id") != remediation_id:
+        return {
+            "changed": True,
+            "message": "(check mode) would %s remediation %s of %s" % (state, remediation_id, node),
+            "warnings": [],
+        }
+    if progress.get("id") != remediation_id:
+        raise FieldError(
+            "remediation_id", "node %s has remediation %s, not %s" % (node, progress.get("id"), remediation_id)
+        )
+    result: Dict[str, Any] = {"changed": False, "warnings": []}
+    if state == "notified":
+        text = params.get("message") or records.start_text(node, remediation_id, progress["fault"], progress["plan"])
+        event_type, reason = "Warning", params.get("event_reason") or "GpuRemediationStarted"
+    elif state == "alerted":
+        text = params.get("message") or "GPU node %s is held for a human: %s" % (
+            node,
+            progress["plan"].get("why") or progress["plan"].get("intent"),
+        )
+        event_type, reason = "Warning", params.get("event_reason") or "GpuRemediationHeld"
+    else:
+        # The audit line is written first, then the progress is marked finished with the same
+        # result: a crash in between writes no second line (the log is checked for it).
+        def close(current: Dict[str, Any]) -> Dict[str, Any]:
+            if current.get("finished_at"):
+                return current
+            if "record" in progress_rules.plan_of(current).phases:
+                current = progress_rules.mark_phase(current, "record", {}, now)
+            return progress_rules.finish(current, "auto", now)
+
+        audit = records.audit_record(close(progress))
+        result["record"] = audit
+        text = params.get("message") or records.end_text(audit)
+        event_type = "Normal" if audit.get("result") == "succeeded" and not audit.get("stopped") else "Warning"
+        reason = params.get("event_reason") or "GpuRemediationFinished"
+        if not check_mode:
+            if params.get("audit_log"):
+                result["changed"] = records.append_record(params["audit_log"], audit)
+            if not progress.get("finished_at"):
+                store.update(node, remediation_id, now, close)
+                result["changed"] = True
+    result["message"] = text
+    if check_mode:
+        result["changed"] = True
+        return result
+    if params.get("event", True):
+        try:
+            api = store.core_v1
+            create_node_event(api, event_body(node, reason, text, event_type, "gpufleet-remediation", now))
+            result["changed"] = True
+        except GpufleetError as exc:  # the record and the webhook still go out
+            result["warnings"].append("no Kubernetes Event: %s" % exc)
+    if state == "alerted" and params.get("alertmanager_url"):
+        alert = notify.alert(
+            "GpuRemediationHeld",
+            {"node": node, "remediation_id": remediation_id},
+            "GPU node %s is held for a human" % node,
+            text,
+            now,
+            lasts_s=float(params.get("alert_lasts") or 86400),
+        )
+        notify.post_alerts(params["alertmanager_url"], [alert])
+        result["changed"] = True
+    if params.get("webhook_url"):
+        payload = notify.slack_payload(
+            text, {"node": node, "remediation": remediation_id, "plan": progress["plan"].get("name")}
+        )
+        try:
+            notify.post_json(params["webhook_url"], payload, float(params.get("timeout") or 10))
+            result["changed"] = True
+        except notify.NotifyError as exc:
+            result["warnings"].append("the webhook was not told: %s" % exc)
+    return result

@@ -1,0 +1,133 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The circuit breaker: at most ``max_percent`` of the GPU nodes and at most ``max_nodes`` nodes
+taken out of service within ``window_s``. Pure; ``remediation/store.py`` keeps the state in a
+ConfigMap and applies ``take_slot`` with a conflict-safe write, so two concurrent remediations
+can never both take the last slot.
+
+Peers: NVSentinel stops at 50 % cordoned in 5 minutes with an absolute cap; Cluster API's
+MachineHealthCheck ``maxUnhealthy``; medik8s' ``minHealthy``. Our defaults are stricter (20 %,
+10 nodes, 10 minutes): a fleet-wide false positive - the repeated-XID-45 bug that flagged 77
+nodes over 11 racks after one job crash - must stop at a handful of nodes.
+
+Once it trips it stays open, whatever the window, until a human resets it
+(``playbooks/remediation-reset.yml``): a storm is a reason to look, not to wait.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    max_percent: float = 20.0
+    max_nodes: int = 10
+    window_s: float = 600.0
+    enabled: bool = True
+
+    @classmethod
+    def from_dict(cls, data: Optional[Mapping[str, Any]], field_name: str = "remediation_breaker") -> "BreakerPolicy":
+        data = dict(data or {})
+        known = {"max_percent", "max_nodes", "window_s", "enabled"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise FieldError(
+                "%s.%s" % (field_name, unknown[0]), "is not a setting; settings: %s" % ", ".join(sorted(known))
+            )
+        policy = cls(**data)
+        if not isinstance(policy.max_percent, (int, float)) or not 0 < policy.max_percent <= 100:
+            raise FieldError(field_name + ".max_percent", "must be a percentage in (0, 100]")
+        if not isinstance(policy.max_nodes, int) or policy.max_nodes < 1:
+            raise FieldError(field_name + ".max_nodes", "must be an integer >= 1")
+        if not isinstance(policy.window_s, (int, float)) or policy.window_s <= 0:
+            raise FieldError(field_name + ".window_s", "must be a number of seconds > 0")
+        return policy
+
+    def cap(self, gpu_nodes: int) -> int:
+        """Nodes that may be out within the window: never below 1, or a small fleet could never heal."""
+        return max(1, min(self.max_nodes, math.floor(gpu_nodes * self.max_percent / 100.0)))
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    slots: Tuple[Dict[str, Any], ...] = ()  # {"node", "id", "at"}
+    tripped: bool = False
+    tripped_at: Optional[float] = None
+    tripped_why: str = ""
+    refused: Tuple[Dict[str, Any], ...] = field(default=())  # {"node", "id", "at"} refused since the trip
+
+    def as_data(self) -> Dict[str, Any]:
+        return {
+            "slots": list(self.slots),
+            "tripped": self.tripped,
+            "tripped_at": self.tripped_at,
+            "tripped_why": self.tripped_why,
+            "refused": list(self.refused),
+        }
+
+    @classmethod
+    def from_data(cls, data: Optional[Mapping[str, Any]]) -> "BreakerState":
+        data = data or {}
+        return cls(
+            slots=tuple(data.get("slots") or ()),
+            tripped=bool(data.get("tripped")),
+            tripped_at=data.get("tripped_at"),
+            tripped_why=str(data.get("tripped_why") or ""),
+            refused=tuple(data.get("refused") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class SlotDecision:
+    granted: bool
+    tripped_now: bool  # this request tripped it: fire the alert
+    why: str
+    cap: int
+    in_window: int  # slots inside the window, after this decision
+
+
+def in_window(state: BreakerState, now: float, policy: BreakerPolicy) -> List[Dict[str, Any]]:
+    return [slot for slot in state.slots if float(slot.get("at") or 0) > now - policy.window_s]
+
+
+def take_slot(
+    state: BreakerState, node: str, remediation_id: str, now: float, gpu_nodes: int, policy: BreakerPolicy
+) -> Tuple[BreakerState, SlotDecision]:
+    """Grant or refuse a slot to remediation ``remediation_id`` of ``node``; the new state to store."""
+    cap = policy.cap(gpu_nodes)
+    current = in_window(state, now, policy)
+    if any(slot.get("id") == remediation_id for slot in state.slots):
+        return state, SlotDecision(True, False, "slot already held (resumed remediation)", cap, len(current))
+    if not policy.enabled:
+        return state, SlotDecision(True, False, "the breaker is off", cap, len(current))
+    if state.tripped:
+        refused = (*state.refused, {"node": node, "id": remediation_id, "at": now})
+        why = "the breaker is open since %s: %s" % (state.tripped_at, state.tripped_why)
+        return BreakerState(tuple(current), True, state.tripped_at, state.tripped_why, refused[-50:]), SlotDecision(
+            False, False, why, cap, len(current)
+        )
+    if len(current) >= cap:
+        why = "%d of %d GPU nodes already taken out within %gs (cap %d: %g%%, at most %d nodes)" % (
+            len(current),
+            gpu_nodes,
+            policy.window_s,
+            cap,
+            policy.max_percent,
+            policy.max_nodes,
+        )
+        tripped = BreakerState(tuple(current), True, now, why, ({"node": node, "id": remediation_id, "at": now},))
+        return tripped, SlotDecision(False, True, why, cap, len(current))
+    slots = (*tuple(current), {"node": node, "id": remediation_id, "at": now})
+    return BreakerState(slots, False, None, "", ()), SlotDecision(
+        True, False, "slot %d of %d" % (len(slots), cap), cap, len(slots)
+    )
+
+
+def reset(state: BreakerState, clear_slots: bool = False) -> BreakerState:
+    """Close a tripped breaker; with clear_slots the window starts empty too."""
+    return BreakerState(() if clear_slots else state.slots, False, None, "", ())

@@ -1,0 +1,120 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""What the remediation acts on: the fault a node's ``GpuHealthy`` condition reports. Pure.
+
+The health agent writes the condition (``agent/condition.py``) with the verdict and the action at
+the head of the message, then the worst fault's device and what it was::
+
+    fatal, RESTART_BM: GPU 3 (GPU-8c1e..., 0000:3b:00.0): XID 79 GPU has fallen off the bus -> RESTART_BM
+
+The condition, not the alert, is the source of truth: an alert only says *that* a node is unhealthy,
+and both triggers (Alertmanager and the node-condition source) end up reading the same condition.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER
+
+CONDITION_TYPE = "GpuHealthy"
+REASON_PREFIX = "gpufleet:"
+# scontrol keeps a reason on one line; long ones are hard to read in sinfo -R.
+SLURM_REASON_MAX = 200
+
+_HEAD = re.compile(r"^(?P<verdict>fatal|degraded), (?P<action>[A-Z_]+): (?P<rest>.*)$", re.S)
+_UUID = re.compile(r"\bGPU-[0-9A-Fa-f][0-9A-Fa-f-]{7,}")
+_GPU_INDEX = re.compile(r"^GPU (\d+)\b")
+_XID = re.compile(r"\bS?XID (\d+)")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A node's fault as the remediation sees it."""
+
+    verdict: str  # fatal | degraded
+    action: str  # a catalog action (health.model.ACTION_ORDER)
+    reason: str  # the condition's reason: Xid79, EccDoubleBit, ...
+    message: str
+    xids: Tuple[int, ...] = ()
+    gpu_index: Optional[int] = None
+    gpu_uuid: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["xids"] = list(self.xids)
+        return data
+
+
+def condition_of(node: Mapping[str, Any], condition_type: str = CONDITION_TYPE) -> Optional[Dict[str, Any]]:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == condition_type:
+            return dict(condition)
+    return None
+
+
+def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fault]:
+    """The fault a ``GpuHealthy`` condition reports; None when it reports none (True, Unknown, absent)."""
+    if not condition or condition.get("status") != "False":
+        return None
+    message = str(condition.get("message") or "")
+    head = _HEAD.match(message)
+    if not head:
+        # A condition we did not write the way we write it: act on it only as far as we understand it.
+        return Fault(
+            verdict="degraded",
+            action="CONTACT_SUPPORT",
+            reason=str(condition.get("reason") or "Unknown"),
+            message=message,
+        )
+    rest = head.group("rest")
+    index = _GPU_INDEX.match(rest)
+    uuid = _UUID.search(rest)
+    return Fault(
+        verdict=head.group("verdict"),
+        action=head.group("action"),
+        reason=str(condition.get("reason") or "GpuFault"),
+        message=message,
+        xids=tuple(dict.fromkeys(int(code) for code in _XID.findall(rest))),
+        gpu_index=int(index.group(1)) if index else None,
+        gpu_uuid=uuid.group(0) if uuid else None,
+    )
+
+
+def fault_from_input(value: Mapping[str, Any], field_name: str = "fault") -> Fault:
+    """A fault given by hand (a rehearsal, a site without agents): {action, reason, ...}."""
+    if not isinstance(value, Mapping):
+        raise FieldError(field_name, "must be a dict with at least 'action', not %r" % (value,))
+    action = str(value.get("action") or "").upper()
+    if action not in ACTION_ORDER or action == "NONE":
+        raise FieldError(field_name + ".action", "must be one of %s, not %r" % (", ".join(ACTION_ORDER[1:]), action))
+    verdict = str(value.get("verdict") or "fatal")
+    if verdict not in ("fatal", "degraded"):
+        raise FieldError(field_name + ".verdict", "must be fatal or degraded, not %r" % verdict)
+    xids = value.get("xids") or ([value["xid"]] if value.get("xid") is not None else [])
+    try:
+        xids = tuple(int(code) for code in xids)
+        gpu_index = None if value.get("gpu_index") is None else int(value["gpu_index"])
+    except (TypeError, ValueError):
+        raise FieldError(field_name, "xid, xids and gpu_index must be integers") from None
+    reason = str(value.get("reason") or ("Xid%d" % xids[0] if xids else action.title().replace("_", "")))
+    return Fault(
+        verdict=verdict,
+        action=action,
+        reason=reason,
+        message=str(value.get("message") or reason),
+        xids=xids,
+        gpu_index=gpu_index,
+        gpu_uuid=value.get("gpu_uuid"),
+    )
+
+
+def slurm_reason(fault: Fault, remediation_id: str) -> str:
+    """``gpufleet: Xid79 GPU-8c1e... (remediation r-...)``: ours by its prefix, never Slinky's."""
+    device = fault.gpu_uuid or ("GPU %d" % fault.gpu_index if fault.gpu_index is not None else "")
+    text = " ".join(part for part in (REASON_PREFIX, fault.reason, device, "(remediation %s)" % remediation_id) if part)
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text)[:SLURM_REASON_MAX]

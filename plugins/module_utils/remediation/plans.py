@@ -1,0 +1,161 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Catalog action -> remediation plan: the phases to run, in order. Pure.
+
+The table follows NVIDIA's XID catalog buckets (DESIGN section 5), proportionate to the fault:
+
+* ``RESTART_BM``/``RESTART_VM`` (XID 79, 151...): the node is lost; fence it, let its jobs
+  checkpoint and requeue, take it out of Kubernetes and replace it from spare capacity.
+* ``RESET_GPU``/``DRAIN_AND_RESET`` (XID 48, 48+63, 62, ...): fence and drain, reset the GPU,
+  verify that it is healthy, and put the node back in service.
+* ``RESTART_FM`` (XID 45 alone): fence, restart the fabric manager, verify, resume.
+* ``RESTART_APP`` (XID 13, 31, ...): the application's fault, not the node's; notify (and requeue
+  the node's jobs only where a site puts ``jobs`` in this plan).
+* ``CONTACT_SUPPORT``/``DECODE``: fence and hold the node for a human.
+* ``IGNORE``: count it; nothing else.
+
+Two plans are not catalog actions: ``HOLD`` (escalation: the node was remediated too often, or the
+same fault came back after a reset or reboot) and ``BREAKER_OPEN`` (the circuit breaker refused:
+notify and record, touch nothing). A site overrides any plan's phases from the inventory
+(``remediation_plans``); the override is checked here and a bad one names its field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+# Every phase the playbook knows, in the only order they may run.
+PHASES = (
+    "notify",  # webhook + Kubernetes Event: what happened, what will be done
+    "fence",  # Slurm DRAIN with our reason: no new work
+    "jobs",  # SIGTERM, grace, requeue the requeueable, cancel the rest
+    "down",  # Slurm DOWN with our reason (the node leaves the scheduler for good)
+    "opt_out",  # node or pod labelled gpufleet.io/remediation=disabled: stop here, fenced
+    "quarantine",  # cordon + taint gpufleet.io/gpu-unhealthy:NoSchedule + state annotation
+    "drain",  # evictions through the Eviction API, PDBs honoured
+    "reset_gpu",  # nvidia-smi -r (a state reset of the fake GPU in the lab)
+    "restart_fm",  # restart the fabric manager
+    "verify",  # the node's GpuHealthy condition is True again
+    "resume",  # undo quarantine and fence: the node is back in service
+    "replace",  # retire the node, bring a spare online (lab | clusterapi | command)
+    "hold",  # label the node for a human and fire an alert
+    "record",  # the audit record: one JSON line with the whole timeline
+)
+# Phases that change the node's state: a plan with one of these needs a circuit-breaker slot.
+ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", "restart_fm", "replace", "hold"))
+
+_REPLACE = ("notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record")
+_RESET = ("notify", "fence", "jobs", "opt_out", "quarantine", "drain", "reset_gpu", "verify", "resume", "record")
+_HOLD = ("notify", "fence", "jobs", "down", "hold", "record")
+
+DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
+    "RESTART_BM": _REPLACE,
+    "RESTART_VM": _REPLACE,
+    "RESET_GPU": _RESET,
+    "DRAIN_AND_RESET": _RESET,
+    "RESTART_FM": ("notify", "fence", "jobs", "restart_fm", "verify", "resume", "record"),
+    "RESTART_APP": ("notify", "record"),
+    "CONTACT_SUPPORT": _HOLD,
+    "DECODE": _HOLD,
+    "IGNORE": ("record",),
+    "HOLD": _HOLD,
+    "BREAKER_OPEN": ("notify", "record"),
+}
+
+# What the notification says will be done, per plan.
+_RESET_INTENT = "fence it, let its jobs checkpoint and requeue, drain it, reset the GPU and put it back in service"
+INTENTS = {
+    "RESTART_BM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
+    "RESTART_VM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
+    "RESET_GPU": _RESET_INTENT,
+    "DRAIN_AND_RESET": _RESET_INTENT,
+    "RESTART_FM": "fence it, restart the fabric manager and put the node back in service",
+    "RESTART_APP": "nothing on the node: the application's fault (its job restarts by itself)",
+    "CONTACT_SUPPORT": "fence it and hold it for a human (the catalog asks for support)",
+    "DECODE": "fence it and hold it for a human (the error needs its registers decoded)",
+    "IGNORE": "nothing: the catalog says to ignore it",
+    "HOLD": "fence it and hold it for a human: it was remediated too often, or the fault came back",
+    "BREAKER_OPEN": "nothing: the circuit breaker is open, too many nodes are in remediation",
+}
+
+
+@dataclass(frozen=True)
+class RemediationPlan:
+    name: str  # the catalog action, HOLD or BREAKER_OPEN
+    phases: Tuple[str, ...]
+    why: str = ""  # why this plan and not the action's own (escalation, breaker)
+    intent: str = ""
+    notes: Tuple[str, ...] = field(default=())
+
+    @property
+    def acts(self) -> bool:
+        return bool(ACTING_PHASES.intersection(self.phases))
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "phases": list(self.phases),
+            "why": self.why,
+            "intent": self.intent,
+            "notes": list(self.notes),
+            "acts": self.acts,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RemediationPlan":
+        return cls(
+            name=str(data["name"]),
+            phases=tuple(data["phases"]),
+            why=str(data.get("why") or ""),
+            intent=str(data.get("intent") or ""),
+            notes=tuple(data.get("notes") or ()),
+        )
+
+
+def check_overrides(
+    overrides: Optional[Mapping[str, Any]], field_name: str = "remediation_plans"
+) -> Dict[str, Tuple[str, ...]]:
+    """The inventory's plan overrides, checked: known plans, known phases, in PHASES order, record last."""
+    checked: Dict[str, Tuple[str, ...]] = {}
+    if not overrides:
+        return checked
+    if not isinstance(overrides, Mapping):
+        raise FieldError(field_name, "must be a dict of plan name -> list of phases")
+    for name, phases in overrides.items():
+        where = "%s.%s" % (field_name, name)
+        if name not in DEFAULT_PLANS:
+            raise FieldError(where, "is not a plan; known plans: %s" % ", ".join(sorted(DEFAULT_PLANS)))
+        if isinstance(phases, str) or not isinstance(phases, Sequence) or not phases:
+            raise FieldError(where, "must be a non-empty list of phases")
+        for position, phase in enumerate(phases):
+            if phase not in PHASES:
+                raise FieldError(
+                    "%s[%d]" % (where, position), "%r is not a phase; phases: %s" % (phase, ", ".join(PHASES))
+                )
+        if len(set(phases)) != len(phases):
+            raise FieldError(where, "lists a phase twice")
+        if list(phases) != sorted(phases, key=PHASES.index):
+            raise FieldError(where, "phases must keep this order: %s" % ", ".join(PHASES))
+        if phases[-1] != "record":
+            raise FieldError(where, "must end with record: every remediation leaves its audit record")
+        if name == "BREAKER_OPEN" and ACTING_PHASES.intersection(phases):
+            raise FieldError(where, "may not act on the node: the breaker is open")
+        checked[name] = tuple(phases)
+    return checked
+
+
+def plan_for(action: str, overrides: Optional[Mapping[str, Sequence[str]]] = None, why: str = "") -> RemediationPlan:
+    """The plan for a catalog action (or HOLD / BREAKER_OPEN), with the site's overrides applied."""
+    table = dict(DEFAULT_PLANS)
+    table.update(check_overrides(overrides))
+    if action not in table:
+        raise FieldError("action", "%r has no plan; known: %s" % (action, ", ".join(sorted(table))))
+    return RemediationPlan(name=action, phases=table[action], why=why, intent=INTENTS.get(action, ""))
+
+
+def phases_after(plan: RemediationPlan, phase: str) -> List[str]:
+    phases = list(plan.phases)
+    return phases[phases.index(phase) + 1 :] if phase in phases else []

@@ -1,0 +1,270 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Get the jobs off a node: signal, wait the grace, requeue or cancel what is left, report each fate.
+
+The remediation's step 4. Every job running on the node gets the signal (``scancel
+--signal=TERM --full``: without ``--full`` the batch script itself is not signalled), one
+``scancel`` per job, so a job that ends meanwhile fails only its own call and every job is
+signalled at most once. Ids in ``skip_signal`` were signalled by an earlier run of the same
+remediation and are not signalled again; nor is a job already COMPLETING (it has ended).
+
+Then it looks every ``poll`` seconds until none of the jobs is still on the node, or ``grace``
+passes. A job that checkpoints and exits with a ``RequeueExit`` code (train_sim's 75) is requeued
+by slurmctld itself and goes PENDING: it *left*. After the grace, each job still there is
+requeued (``scontrol requeue``) when it is requeueable and cancelled otherwise, or cancelled
+with ``then=cancel``. A job whose requeue flag the source does not give is treated as
+requeueable (Slurm's default ``JobRequeue=1``); if slurmctld refuses to requeue it (not a batch
+job), it is cancelled. A job already COMPLETING after the grace is ending and is left alone.
+
+Last, it looks at each job once more and reports the state it is in now: PENDING (requeued),
+RUNNING (on another node already), COMPLETED, FAILED, CANCELLED, or null when Slurm no longer
+lists it.
+
+In check mode nothing runs and nothing is waited for; each job's fate is the one it would get if
+it did not leave within the grace. The clock and sleep are injected, so the waiting is tested
+without time passing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
+    check_job_ids,
+    check_node,
+    check_signal,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
+    SlurmCommandError,
+    SlurmError,
+    SlurmTimeoutError,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import ACTIVE_JOB_STATES, SlurmJob
+
+THEN = ("requeue", "cancel")
+LEFT = "left"
+REQUEUED = "requeued"
+CANCELLED = "cancelled"
+
+# What a finished job shows until MinJobAge passes; asked for so the last look sees how it ended.
+FINISHED_JOB_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                       "DEADLINE", "OUT_OF_MEMORY", "REVOKED")
+EVERY_JOB_STATE = tuple(sorted(ACTIVE_JOB_STATES)) + FINISHED_JOB_STATES
+
+
+def on_node(job: SlurmJob, node: str) -> bool:
+    """The job holds the node: active and allocated there (a requeued job is PENDING, on no node)."""
+    return job.active and job.state != "PENDING" and node in job.nodes
+
+
+def completing(job: SlurmJob) -> bool:
+    return job.state == "COMPLETING" or "COMPLETING" in job.flags
+
+
+@dataclass
+class JobFate:
+    job_id: str
+    name: Optional[str]
+    requeue: Optional[bool]
+    signalled: bool = False
+    fate: Optional[str] = None  # LEFT, REQUEUED or CANCELLED
+    state: Optional[str] = None  # the job's state at the last look; None: Slurm lists it no more
+    note: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dict(job_id=self.job_id, name=self.name, signalled=self.signalled, fate=self.fate, state=self.state,
+                    requeue=self.requeue, note=self.note)
+
+
+class EvacuationError(SlurmError):
+    """A Slurm call failed halfway; says which jobs this run had signalled already (for skip_signal)."""
+
+    def __init__(self, cause: SlurmError, signalled: Sequence[str], command: Sequence[Sequence[str]]) -> None:
+        super().__init__("%s (evacuation stopped; jobs signalled by this run: %s)" % (
+            cause, ", ".join(signalled) or "none"))
+        self.cause = cause
+        self.signalled = list(signalled)
+        self.command = [list(argv) for argv in command]
+
+    def details(self) -> Dict[str, Any]:
+        return dict(self.cause.details(), signalled=self.signalled, command=self.command)
+
+
+def node_jobs(client: Any, node: str) -> List[SlurmJob]:
+    """The jobs running (or suspended, completing) on ``node``; an unknown node is SlurmUnknownNodeError."""
+    check_node(node)
+    client.nodes([node], future=True, with_jobs=False)
+    return [job for job in client.jobs(nodes=[node]) if on_node(job, node)]
+
+
+def list_jobs(client: Any, node: str) -> Dict[str, Any]:
+    """What ``state=listed`` returns."""
+    jobs = node_jobs(client, node)
+    return dict(changed=False, jobs=[job.as_dict() for job in jobs], signalled=[], waited=0.0, command=[])
+
+
+def check_evacuation(node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0, then: str = "requeue",
+                     skip_signal: Optional[Iterable[Any]] = None) -> Dict[str, Any]:
+    """The options checked and normalised; bad input is a FieldError naming the option."""
+    check_node(node)
+    if then not in THEN:
+        raise FieldError("then", "must be one of %s, not %r" % (", ".join(THEN), then))
+    if grace is None or grace < 0:
+        raise FieldError("grace", "must be 0 or more seconds, not %r" % (grace,))
+    if poll is None or poll <= 0:
+        raise FieldError("poll", "must be more than 0 seconds, not %r" % (poll,))
+    return dict(signal=check_signal(signal), skip=set(check_job_ids(list(skip_signal or []), "skip_signal",
+                                                                    allow_empty=True)))
+
+
+def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optional[Iterable[Any]] = None,
+                **_ignored: Any) -> Dict[str, Any]:
+    """What ``state=signalled`` returns: the node's jobs signalled (but those in ``skip_signal``), no wait.
+
+    The remediation records the ids it returns before it waits, so that a rerun after a crash in
+    the wait does not signal them again; only a crash inside this call can signal a job twice.
+    """
+    checked = check_evacuation(node, signal, skip_signal=skip_signal)
+    jobs = node_jobs(client, node)
+    command: List[List[str]] = []
+    signalled: List[str] = []
+    fates = []
+    try:
+        for job in jobs:
+            fate = JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue)
+            fate.state = job.state
+            fates.append(fate)
+            if job.job_id in checked["skip"] or completing(job):
+                continue
+            result = _tolerant(client, node, job.job_id, lambda job_id: client.signal_jobs([job_id], checked["signal"]))
+            if result is None:
+                fate.fate = LEFT
+                continue
+            command.append(list(result.argv))
+            fate.signalled = True
+            signalled.append(job.job_id)
+    except SlurmError as exc:
+        raise EvacuationError(exc, signalled, command) from exc
+    return dict(changed=bool(command), jobs=[fate.as_dict() for fate in fates], signalled=signalled, waited=0.0,
+                command=command)
+
+
+def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0,
+             then: str = "requeue", skip_signal: Optional[Iterable[Any]] = None,
+             clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """What ``state=evacuated`` returns: changed, jobs (each with its fate), signalled, waited, command."""
+    checked = check_evacuation(node, signal, grace, poll, then, skip_signal)
+    jobs = node_jobs(client, node)
+    if not jobs:
+        return dict(changed=False, jobs=[], signalled=[], waited=0.0, command=[])
+    fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue) for job in jobs}
+    command: List[List[str]] = []
+    signalled: List[str] = []
+    try:
+        for job in jobs:
+            if job.job_id in checked["skip"]:
+                fates[job.job_id].signalled = True  # by an earlier call (state=signalled, or a crashed run)
+                continue
+            if completing(job):
+                continue  # it has ended and is giving the node back
+            result = _tolerant(client, node, job.job_id, lambda job_id: client.signal_jobs([job_id], checked["signal"]))
+            if result is None:
+                fates[job.job_id].fate = LEFT
+                continue
+            command.append(list(result.argv))
+            fates[job.job_id].signalled = True
+            signalled.append(job.job_id)
+
+        waiting = [job_id for job_id, fate in fates.items() if fate.fate is None]
+        started = clock()
+        if client.check_mode:
+            latest = {job.job_id: job for job in jobs}
+            still = waiting
+        else:
+            deadline = started + grace
+            while True:
+                latest = {job.job_id: job for job in client.jobs(nodes=[node])}
+                still = [job_id for job_id in waiting if job_id in latest and on_node(latest[job_id], node)]
+                now = clock()
+                if not still or now >= deadline:
+                    break
+                sleep(max(0.0, min(poll, deadline - now)))
+        waited = round(clock() - started, 2)
+
+        for job_id in waiting:
+            fate = fates[job_id]
+            if job_id not in still:
+                fate.fate = LEFT
+                continue
+            job = latest[job_id]
+            if completing(job):
+                fate.fate, fate.note = LEFT, "completing after the grace; left to end"
+                continue
+            if then == "requeue" and job.requeue is not False:
+                result = _tolerant(client, node, job_id, lambda job_id: client.requeue([job_id]), refused_ok=True)
+                if result is None:
+                    fate.fate = LEFT
+                    continue
+                if not isinstance(result, SlurmCommandError):
+                    command.append(list(result.argv))
+                    fate.fate = REQUEUED
+                    if job.requeue is None:
+                        fate.note = "requeue flag unknown; requeued as Slurm's default JobRequeue=1 allows"
+                    continue
+                fate.note = "requeue refused (%s); cancelled" % (result.stderr.strip() or result.rc)
+            result = _tolerant(client, node, job_id, lambda job_id: client.cancel([job_id]))
+            if result is None:
+                fate.fate = LEFT
+                continue
+            command.append(list(result.argv))
+            fate.fate = CANCELLED
+    except SlurmError as exc:
+        raise EvacuationError(exc, signalled, command) from exc
+
+    if client.check_mode:
+        for job in jobs:
+            fates[job.job_id].state = job.state
+    else:
+        try:
+            now_jobs = {job.job_id: job for job in client.jobs(states=EVERY_JOB_STATE)}
+        except SlurmError as exc:
+            raise EvacuationError(exc, signalled, command) from exc
+        for job_id, fate in fates.items():
+            fate.state = now_jobs[job_id].state if job_id in now_jobs else None
+    return dict(changed=bool(command), jobs=[fate.as_dict() for fate in fates.values()], signalled=signalled,
+                waited=waited, command=command)
+
+
+def _tolerant(client: Any, node: str, job_id: str, call: Callable[[str], Any], refused_ok: bool = False) -> Any:
+    """``call(job_id)``'s result; None when it failed because the job left the node meanwhile.
+
+    With ``refused_ok`` a refusal for a job still on the node is returned (the error), not raised.
+    A timeout is never taken for "the job left": it is raised.
+    """
+    try:
+        return call(job_id)
+    except SlurmTimeoutError:
+        raise
+    except SlurmCommandError as exc:
+        still = [job for job in client.jobs(nodes=[node]) if job.job_id == job_id and on_node(job, node)]
+        if not still:
+            return None
+        if refused_ok:
+            return exc
+        raise
+
+
+def slurm_jobs(client: Any, node: str, state: str = "listed", **options: Any) -> Dict[str, Any]:
+    """The slurm_jobs module's one call: ``listed`` or ``evacuated``."""
+    if state == "listed":
+        check_evacuation(node, **options)
+        return list_jobs(client, node)
+    if state == "evacuated":
+        return evacuate(client, node, **options)
+    if state == "signalled":
+        return signal_only(client, node, **options)
+    raise FieldError("state", "must be listed, signalled or evacuated, not %r" % (state,))

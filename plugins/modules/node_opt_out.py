@@ -1,0 +1,84 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE); modules are also offered under the
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0 OR GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_opt_out
+short_description: Tell whether a node, or a pod on it, opted out of automatic remediation
+version_added: 0.3.0
+description:
+  - Looks for O(label) on the node and on every pod scheduled to it (all namespaces).
+  - The remediation stops after its Slurm fence when the answer is yes; the node is neither drained nor replaced.
+author: gpufleet.resilience contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.resilience.attributes
+  - gpufleet.resilience.attributes.read_only
+options:
+  name:
+    description: The node.
+    type: str
+    required: true
+  label:
+    description: The opt-out label, C(KEY=VALUE).
+    type: str
+    default: gpufleet.io/remediation=disabled
+  kubeconfig:
+    description: Kubeconfig file; omit for the in-cluster service account.
+    type: path
+  context:
+    description: Kubeconfig context.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Check the opt-out of gpu-a-003
+  gpufleet.resilience.node_opt_out:
+    name: gpu-a-003
+  register: opt_out
+"""
+
+RETURN = r"""
+opted_out:
+  description: Whether the node or a pod on it carries the label.
+  type: bool
+  returned: always
+by:
+  description: What carries it, C(node/NAME) or C(pod/NAMESPACE/NAME).
+  type: list
+  elements: str
+  returned: always
+  sample: [pod/training/llama-0]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.opt_out import opted_out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            label=dict(type="str", default="gpufleet.io/remediation=disabled"),
+            kubeconfig=dict(type="path"),
+            context=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = opted_out(core_v1(params["kubeconfig"], params["context"]), params["name"], params["label"])
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

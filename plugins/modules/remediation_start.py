@@ -1,0 +1,179 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE); modules are also offered under the
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0 OR GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: remediation_start
+short_description: Claim a GPU node for remediation and decide the plan, or resume an unfinished one
+version_added: 0.3.0
+description:
+  - The first step of C(playbooks/remediate-node.yml). Reads the node's C(GpuHealthy) condition (written by the
+    health agent), maps the fault's catalog action to a plan (the phases to run), applies escalation and the
+    circuit breaker, and claims the node so that a second run for it does nothing.
+  - State lives in ConfigMaps of O(namespace) (progress C(gpufleet-remediation-<node>), breaker
+    C(gpufleet-remediation-breaker), history C(gpufleet-remediation-history)), written with compare-and-swap,
+    and is mirrored in the node annotation C(gpufleet.io/remediation).
+  - An unfinished remediation of the node is resumed when its holder (the C(ansible-playbook) process that ran it)
+    is gone; while it still runs, the result has O(ignore:skip=duplicate) and nothing is done.
+  - A healthy node (C(GpuHealthy=True)) gives RV(skip=healthy).
+author: gpufleet.resilience contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.resilience.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes the plan, escalation and breaker decision as a real run would now, and writes nothing.
+  diff_mode:
+    support: none
+options:
+  node:
+    description: The Kubernetes node (and Slurm node of the same name) to remediate.
+    type: str
+    required: true
+  trigger:
+    description: What triggered the run (the alert, or the condition event); stored in the audit record.
+    type: dict
+    default: {}
+  fault:
+    description:
+      - The fault to act on, instead of the node's C(GpuHealthy) condition (a rehearsal, or a site without agents).
+      - Keys C(action) (a catalog action), C(verdict), C(reason), C(xid), C(gpu_index), C(gpu_uuid), C(message).
+    type: dict
+  plans:
+    description:
+      - Overrides of the plans' phases, per plan name (see docs/remediation.md).
+      - Checked before anything is done; a bad one names its field.
+    type: dict
+    default: {}
+  breaker:
+    description: Circuit breaker settings C(max_percent) (20), C(max_nodes) (10), C(window_s) (600), C(enabled) (true).
+    type: dict
+    default: {}
+  escalation:
+    description:
+      - Escalation settings C(max_remediations) (3), C(window_days) (7), C(repeat_after_cure) (true),
+        C(enabled) (true).
+    type: dict
+    default: {}
+  lease:
+    description: Seconds after which a remediation held by a process on another host counts as abandoned.
+    type: float
+    default: 1800
+  namespace:
+    description: Namespace of the state ConfigMaps.
+    type: str
+    default: gpufleet-system
+  pool_selector:
+    description: Label selector of the GPU nodes the breaker's percentage counts.
+    type: str
+    default: gpufleet.io/pool
+  alertmanager_url:
+    description: Alertmanager base URL; the breaker's alert is posted there when it refuses a remediation.
+    type: str
+  kubeconfig:
+    description: Kubeconfig file; omit for the in-cluster service account.
+    type: path
+  context:
+    description: Kubeconfig context.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Begin the remediation of gpu-a-003
+  gpufleet.resilience.remediation_start:
+    node: gpu-a-003
+    trigger: {source: alertmanager, alert: GpuNodeFatal}
+    breaker: {max_percent: 20, max_nodes: 10, window_s: 600}
+    kubeconfig: /var/tmp/gpufleet-lab/kube/admin.kubeconfig
+  register: remediation
+"""
+
+RETURN = r"""
+skip:
+  description: Why nothing is to be done (V(duplicate), V(healthy)), or null.
+  type: str
+  returned: always
+id:
+  description: The remediation id.
+  type: str
+  returned: unless skipped as healthy
+  sample: r-20261130T031502-gpu-a-003-1a2b3c
+resumed:
+  description: True when an unfinished remediation is resumed.
+  type: bool
+  returned: unless skipped
+plan:
+  description: The plan (name, phases, why, intent, acts).
+  type: dict
+  returned: unless skipped
+pending:
+  description: The plan's phases not done yet, in order.
+  type: list
+  elements: str
+  returned: unless skipped
+fault:
+  description: The fault acted on (verdict, action, reason, message, xids, gpu_index, gpu_uuid).
+  type: dict
+  returned: unless skipped
+intents:
+  description: Intents recorded before actions that must not repeat (job ids about to be signalled).
+  type: dict
+  returned: unless skipped
+decisions:
+  description: The escalation and breaker decisions.
+  type: dict
+  returned: unless skipped
+slurm_reason:
+  description: The Slurm reason for the fence, C(gpufleet:) first.
+  type: str
+  returned: unless skipped
+message:
+  description: One line saying what happens.
+  type: str
+  returned: always
+alerts:
+  description: Alerts posted to Alertmanager.
+  type: list
+  elements: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import start
+
+
+def argspec():
+    return dict(
+        node=dict(type="str", required=True),
+        trigger=dict(type="dict", default={}),
+        fault=dict(type="dict"),
+        plans=dict(type="dict", default={}),
+        breaker=dict(type="dict", default={}),
+        escalation=dict(type="dict", default={}),
+        lease=dict(type="float", default=1800.0),
+        namespace=dict(type="str", default="gpufleet-system"),
+        pool_selector=dict(type="str", default="gpufleet.io/pool"),
+        alertmanager_url=dict(type="str"),
+        kubeconfig=dict(type="path"),
+        context=dict(type="str"),
+    )
+
+
+def main():
+    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    try:
+        result = start(module.params, module.check_mode)
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

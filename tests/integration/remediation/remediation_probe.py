@@ -1,0 +1,241 @@
+"""Drive and watch remediations in the test lab: run the playbook, read Slurm, Kubernetes, the state
+ConfigMaps and the audit log, submit train_sim, and put the lab back as it was after each test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from agent_probe import AgentProbe, wait_for
+from lab_harness import REPO, VENV_BIN, Lab, PlaybookResult
+
+NAMESPACE = "gpufleet-system"
+POOL = "gpu-a"
+
+
+class Fleet:
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+
+    # -- running things ------------------------------------------------------------------------
+    def remediate(self, node: str, timeout: int = 600, **extra: Any) -> PlaybookResult:
+        variables = {"remediation_node": node, "remediation_grace": 30, "remediation_drain_timeout": 20}
+        variables.update(extra)
+        return self.lab.playbook("remediate-node.yml", extra=variables, timeout=timeout)
+
+    def start_remediation(self, node: str, **extra: Any) -> subprocess.Popen:
+        """The playbook as a process of its own session (so a test can SIGKILL the whole run)."""
+        variables = dict(
+            self.lab.extra_vars,
+            gpufleet_lab_dir=str(self.lab.lab_dir),
+            remediation_node=node,
+            remediation_grace=30,
+            remediation_drain_timeout=20,
+        )
+        variables.update(extra)
+        argv = [
+            str(VENV_BIN / "ansible-playbook"),
+            str(REPO / "playbooks" / "remediate-node.yml"),
+            "-e",
+            json.dumps(variables),
+        ]
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=self.lab.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    @staticmethod
+    def kill(process: subprocess.Popen) -> None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def module(self, name: str, args: Dict[str, Any], check: bool = True) -> Dict[str, Any]:
+        """One module run through ansible (ad hoc), its JSON result."""
+        env = dict(self.lab.env(), ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+        done = subprocess.run(
+            [str(VENV_BIN / "ansible"), "localhost", "-m", "gpufleet.resilience.%s" % name, "-a", json.dumps(args)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        result = json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        if check and result.get("failed"):
+            raise AssertionError("%s failed: %s" % (name, result.get("msg")))
+        return result
+
+    # -- reading -------------------------------------------------------------------------------
+    def slurm_node(self, node: str) -> Dict[str, str]:
+        text = self.lab.slurm("scontrol", "--future", "--oneliner", "show", "node", node)
+        fields: Dict[str, str] = {}
+        for item in text.strip().split(" "):
+            if "=" in item:
+                key, value = item.split("=", 1)
+                fields[key] = value
+        # Reason=... runs to the end of the line and has spaces.
+        if "Reason=" in text:
+            fields["Reason"] = text.split("Reason=", 1)[1].strip()
+        return fields
+
+    def slurm_states(self) -> Dict[str, str]:
+        out = self.lab.slurm("sinfo", "--noheader", "--Node", "--format=%N|%T|%E")
+        states = {}
+        for line in out.splitlines():
+            name, state, reason = line.split("|", 2)
+            states[name] = "%s|%s" % (state, reason)
+        return states
+
+    def kube_node(self, node: str) -> Optional[Dict[str, Any]]:
+        from kubernetes.client.exceptions import ApiException
+
+        api = self.lab.kube()
+        try:
+            return api.api_client.sanitize_for_serialization(api.read_node(node))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def active_nodes(self) -> List[str]:
+        api = self.lab.kube()
+        return sorted(node.metadata.name for node in api.list_node(label_selector="gpufleet.io/pool=%s" % POOL).items)
+
+    def snapshot(self) -> Dict[str, Any]:
+        """What a dry run must not change: nodes, taints, cordons, labels, Slurm states, state ConfigMaps."""
+        api = self.lab.kube()
+        nodes = {}
+        for node in api.list_node().items:
+            nodes[node.metadata.name] = {
+                "unschedulable": bool(node.spec.unschedulable),
+                "taints": sorted((t.key, t.effect) for t in node.spec.taints or []),
+                "labels": dict(node.metadata.labels or {}),
+                "annotation": (node.metadata.annotations or {}).get("gpufleet.io/remediation"),
+            }
+        maps = {
+            cm.metadata.name: cm.data
+            for cm in api.list_namespaced_config_map(NAMESPACE).items
+            if cm.metadata.name.startswith("gpufleet-remediation")
+        }
+        return {"nodes": nodes, "slurm": self.slurm_states(), "configmaps": maps}
+
+    @property
+    def audit_log(self) -> Path:
+        return self.lab.lab_dir / "remediation" / "audit.jsonl"
+
+    def audit(self, node: Optional[str] = None) -> List[Dict[str, Any]]:
+        if not self.audit_log.exists():
+            return []
+        records = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+        return [r for r in records if node is None or r["node"] == node]
+
+    def progress(self, node: str) -> Optional[Dict[str, Any]]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm = self.lab.kube().read_namespaced_config_map("gpufleet-remediation-%s" % node, NAMESPACE)
+        except ApiException:
+            return None
+        return json.loads(cm.data["progress"])
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def submit_train_sim(self, workdir: Path, steps: int = 100000, every: int = 20) -> tuple:
+        """(job id, node it runs on). Not pinned with -w: a pinned job would wait for its node after a requeue."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(workdir, 0o777)
+        out = workdir / "train.out"
+        job = self.lab.slurm(
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "--open-mode=append",
+            "--gres=gpu:1",
+            "--output=%s" % out,
+            str(self.lab.lab_dir / "bin" / "train_sim"),
+            "--checkpoint-dir",
+            str(workdir / "ckpt"),
+            "--steps",
+            str(steps),
+            "--checkpoint-every",
+            str(every),
+            "--step-seconds",
+            "0.02",
+        ).strip()
+        wait_for(
+            lambda: self.job(job).get("JobState") == "RUNNING" and "step=" in self.output(workdir),
+            60,
+            what="train_sim job %s running" % job,
+        )
+        return job, self.job(job)["BatchHost"]
+
+    def job(self, job_id: str) -> Dict[str, str]:
+        text = self.lab.slurm("scontrol", "show", "job", "--oneliner", job_id, check=False)
+        return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+    @staticmethod
+    def output(workdir: Path) -> str:
+        out = workdir / "train.out"
+        return out.read_text() if out.exists() else ""
+
+    def cancel(self, job_id: str) -> None:
+        self.lab.slurm("scancel", job_id, check=False)
+
+    # -- putting the lab back --------------------------------------------------------------------
+    def heal(self, node: str) -> None:
+        """A node as before a test: GPUs healthy, agent history forgotten, uncordoned, Slurm IDLE."""
+        if self.kube_node(node) is None:
+            return
+        AgentProbe(self.lab, node).reset()
+        self.module("node_quarantine", {"name": node, "state": "absent", "kubeconfig": str(self.lab.kubeconfig)})
+        api = self.lab.kube()
+        api.patch_node(
+            node, {"metadata": {"labels": {"gpufleet.io/remediation-hold": None, "gpufleet.io/remediation": None}}}
+        )
+        self.module(
+            "slurm_node", {"name": node, "state": "resume", "force": True, "slurm_conf": str(self.lab.slurm_conf)}
+        )
+
+    def restore(self, node: str) -> Dict[str, Any]:
+        """Bring a replaced node back and retire its replacement (node_replace's rollback)."""
+        return self.module(
+            "node_replace",
+            {
+                "name": node,
+                "provider": "lab",
+                "state": "restored",
+                "lab_dir": str(self.lab.lab_dir),
+                "kubeconfig": str(self.lab.kubeconfig),
+                "slurm_conf": str(self.lab.slurm_conf),
+            },
+        )
+
+    def reset_state(self) -> None:
+        result = self.lab.playbook("remediation-reset.yml", extra={"clear_slots": True, "clear_history": True})
+        assert result.rc == 0, result.output[-3000:]
+        api = self.lab.kube()
+        for cm in api.list_namespaced_config_map(NAMESPACE).items:
+            name = cm.metadata.name
+            if name.startswith("gpufleet-remediation-") and name not in (
+                "gpufleet-remediation-breaker",
+                "gpufleet-remediation-history",
+            ):
+                api.delete_namespaced_config_map(name, NAMESPACE)
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "") -> Any:
+    return wait_for(predicate, timeout, 0.2, what)
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,397 @@
+"""The remediation loop against the lab's real parts: kube-apiserver with kwok nodes, slurmctld and
+slurmd, the health agents, Prometheus, Alertmanager, ansible-rulebook and ansible-playbook.
+
+The test lab runs with self-healing off, so that other tests' injected faults are not remediated;
+the end-to-end test turns it on for its run. The other tests run playbooks/remediate-node.yml
+directly, as the rulebook would.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+from agent_probe import AgentProbe, firing_alerts, wait_for
+from remediation_probe import NAMESPACE, Fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+REPLACE_PHASES = ["notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record"]
+
+
+@pytest.fixture()
+def fleet(lab):
+    fleet = Fleet(lab)
+    fleet.reset_state()
+    yield fleet
+    fleet.reset_state()
+
+
+def inject(lab, node, *xids, gpu=2):
+    probe = AgentProbe(lab, node)
+    for xid in xids:
+        probe.fakegpu("xid", "--gpu", str(gpu), "--xid", str(xid))
+    return probe.wait_condition(lambda c: c["status"] == "False", 30, what="GpuHealthy False on %s" % node)
+
+
+def slurm_updates(lab, node):
+    """slurmctld's own log of state and reason changes of ``node``: what a rerun must not repeat."""
+    text = "".join(path.read_text(errors="replace") for path in (lab.lab_dir / "log").glob("slurmctld*"))
+    return re.findall(r"update_node: node %s (state set to \S+|reason set to: .*)" % re.escape(node), text)
+
+
+def test_bad_input_names_the_cause_and_changes_nothing(fleet, tmp_path):
+    node = fleet.active_nodes()[0]
+    before = fleet.snapshot()
+    unknown = fleet.remediate("gpu-a-999")
+    assert unknown.rc != 0 and "gpu-a-999" in unknown.output
+    bad_name = fleet.remediate("gpu a;rm")
+    assert bad_name.rc != 0 and "remediation_node must be one node name" in bad_name.output
+    bad_breaker = fleet.remediate(node, remediation_breaker={"max_percent": 0})
+    assert bad_breaker.rc != 0 and "remediation_breaker.max_percent" in bad_breaker.output
+    bad_plan = fleet.remediate(node, remediation_plans={"RESTART_BM": ["notify", "explode", "record"]})
+    assert bad_plan.rc != 0 and "remediation_plans.RESTART_BM[1]" in bad_plan.output
+    # slurmctld unreachable: a slurm.conf pointing at a port nobody listens on.
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", fleet.lab.slurm_conf.read_text()))
+    no_slurm = fleet.remediate(node, remediation_slurm_conf=str(conf), remediation_fault={"action": "RESTART_BM"})
+    assert no_slurm.rc != 0 and "slurm" in no_slurm.output.lower()
+    # The API server unreachable: a kubeconfig pointing at a closed port.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(re.sub(r"https://127\.0\.0\.1:\d+", "https://127.0.0.1:1", fleet.lab.kubeconfig.read_text()))
+    no_api = fleet.remediate(node, remediation_kubeconfig=str(kubeconfig), remediation_fault={"action": "RESTART_BM"})
+    assert no_api.rc != 0 and ("refused" in no_api.output.lower() or "unreachable" in no_api.output.lower())
+    assert fleet.snapshot() == before
+
+
+def test_dry_run_and_check_mode_change_nothing(fleet):
+    node = fleet.active_nodes()[1]
+    inject(fleet.lab, node, 79)
+    try:
+        before = fleet.snapshot()
+        dry = fleet.remediate(node, remediation_dry_run=True)
+        assert dry.rc == 0, dry.output[-3000:]
+        assert "plan RESTART_BM" in dry.output
+        check = fleet.lab.playbook("remediate-node.yml", "--check", extra={"remediation_node": node})
+        assert check.rc == 0, check.output[-3000:]
+        assert fleet.snapshot() == before
+        assert fleet.audit(node) == []
+    finally:
+        fleet.heal(node)
+
+
+def test_xid13_only_notifies(fleet):
+    node = fleet.active_nodes()[0]
+    inject(fleet.lab, node, 13)
+    try:
+        slurm_before = fleet.slurm_states()[node]
+        run = fleet.remediate(node)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["plan"]["name"] == "RESTART_APP" and record["result"] == "succeeded"
+        assert [step["phase"] for step in record["timeline"]] == ["notify", "record"]
+        assert fleet.slurm_states()[node] == slurm_before
+        assert not fleet.kube_node(node)["spec"].get("unschedulable")
+    finally:
+        fleet.heal(node)
+
+
+def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
+    node = fleet.active_nodes()[1]
+    inject(fleet.lab, node, 63, 48)
+    try:
+        run = fleet.remediate(node)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["plan"]["name"] == "DRAIN_AND_RESET" and record["result"] == "succeeded", record
+        assert [s["phase"] for s in record["timeline"]] == [
+            "notify",
+            "fence",
+            "jobs",
+            "opt_out",
+            "quarantine",
+            "drain",
+            "reset_gpu",
+            "verify",
+            "resume",
+            "record",
+        ]
+        # Back in service: healthy, schedulable, untainted, Slurm IDLE.
+        kube = fleet.kube_node(node)
+        assert not kube["spec"].get("unschedulable")
+        assert not [t for t in kube["spec"].get("taints") or [] if t["key"] == "gpufleet.io/gpu-unhealthy"]
+        assert AgentProbe(fleet.lab, node).condition()["status"] == "True"
+        assert fleet.slurm_states()[node].startswith("idle|")
+    finally:
+        fleet.heal(node)
+
+
+def test_opt_out_label_fences_and_notifies_without_a_drain(fleet):
+    node = fleet.active_nodes()[2]
+    api = fleet.lab.kube()
+    api.patch_node(node, {"metadata": {"labels": {"gpufleet.io/remediation": "disabled"}}})
+    inject(fleet.lab, node, 79)
+    try:
+        run = fleet.remediate(node)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "opt_out"
+        assert "node/%s" % node in record["stopped"]["why"]
+        assert fleet.slurm_node(node)["State"].startswith("DOWN")
+        assert "gpufleet: Xid79" in fleet.slurm_node(node)["Reason"]
+        kube = fleet.kube_node(node)
+        assert kube is not None and not kube["spec"].get("unschedulable")
+        reasons = [
+            e.reason for e in api.list_namespaced_event("default", field_selector="involvedObject.name=%s" % node).items
+        ]
+        assert "GpuRemediationOptedOut" in reasons
+    finally:
+        fleet.heal(node)
+
+
+def test_a_pdb_that_blocks_the_drain_is_reported_and_the_node_stays_fenced(fleet):
+    from kubernetes import client
+
+    node = fleet.active_nodes()[3]
+    api = fleet.lab.kube()
+    policy = client.PolicyV1Api(api.api_client)
+    namespace = "pdb-guard"
+    api.create_namespace({"metadata": {"name": namespace}})
+    try:
+        api.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [{"name": "c", "image": "registry.invalid/none"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        )
+        wait_for(
+            lambda: api.read_namespaced_pod("guarded", namespace).status.phase == "Running", 60, what="pod Running"
+        )
+        policy.create_namespaced_pod_disruption_budget(
+            namespace,
+            {
+                "metadata": {"name": "guard"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+            },
+        )
+        wait_for(
+            lambda: policy.read_namespaced_pod_disruption_budget("guard", namespace).status.expected_pods == 1,
+            30,
+            what="the PDB to count its pod",
+        )
+        inject(fleet.lab, node, 79)
+        run = fleet.remediate(node, remediation_drain_timeout=5)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "drain"
+        drain = next(s for s in record["timeline"] if s["phase"] == "drain")["outcome"]
+        assert [b["pod"] for b in drain["blocked"]] == ["%s/guarded" % namespace]
+        kube = fleet.kube_node(node)
+        assert kube is not None and kube["spec"]["unschedulable"]  # fenced, quarantined, not replaced
+        assert fleet.slurm_node(node)["State"].startswith("DOWN")
+    finally:
+        api.delete_namespace(namespace)
+        fleet.heal(node)
+
+
+def test_end_to_end_xid79_alert_to_job_resumed_on_a_healthy_node(fleet, tmp_path):
+    """Alert -> rulebook -> playbook: fence, SIGTERM + checkpoint + requeue, quarantine, drain, replace."""
+    lab = fleet.lab
+    enabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": True})
+    assert enabled.rc == 0, enabled.output[-3000:]
+    job, node = fleet.submit_train_sim(tmp_path / "job")
+    seen = {"down": None, "cordoned": None}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            slurm = fleet.slurm_node(node) if seen["down"] is None else {}
+            if slurm.get("State", "").startswith("DOWN") and "gpufleet: Xid79" in slurm.get("Reason", ""):
+                seen["down"] = (time.time(), slurm["Reason"])
+            kube = fleet.kube_node(node) if seen["cordoned"] is None else None
+            if (
+                kube
+                and kube["spec"].get("unschedulable")
+                and any(t["key"] == "gpufleet.io/gpu-unhealthy" for t in kube["spec"].get("taints") or [])
+            ):
+                seen["cordoned"] = time.time()
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    injected = time.time()
+    try:
+        inject(lab, node, 45, 79)  # the 45 comes with the 79: the catalog ignores it
+        wait_for(
+            lambda: node in [a["labels"].get("node") for a in firing_alerts("GpuNodeFatal")],
+            30,
+            what="GpuNodeFatal for %s in Alertmanager" % node,
+        )
+        record = wait_for(
+            lambda: [r for r in fleet.audit(node) if r["started_at"] >= injected - 1],
+            300,
+            0.5,
+            what="the audit record of the remediation of %s" % node,
+        )[-1]
+        stop.set()
+        assert record["result"] == "succeeded", record
+        assert record["trigger"]["source"] == "alertmanager" and record["trigger"]["alert"] == "GpuNodeFatal"
+        assert record["fault"]["reason"] == "Xid79" and record["plan"]["name"] == "RESTART_BM"
+        assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
+        assert seen["down"] and seen["cordoned"], seen
+        # The job: SIGTERM, checkpoint, requeue, and now RUNNING elsewhere, from its checkpoint.
+        fates = {j["job_id"]: j for j in record["jobs"]}
+        assert job in fates and fates[job]["signalled"], record["jobs"]
+        running = wait_for(
+            lambda: (
+                lambda j: (
+                    j
+                    if j.get("JobState") == "RUNNING"
+                    and j.get("BatchHost") != node
+                    and Fleet.output(tmp_path / "job").count("resume step=") >= 2
+                    else None
+                )
+            )(fleet.job(job)),
+            60,
+            what="the job running again on another node",
+        )
+        assert int(running["Restarts"]) >= 1
+        out = Fleet.output(tmp_path / "job")
+        sigterm = int(re.search(r"sigterm step=(\d+)", out).group(1))
+        # The first run prints "resume step=0", the requeued one resumes from its checkpoint.
+        first_run = out[: out.rfind("resume step=")]
+        checkpoints = [int(s) for s in re.findall(r"checkpoint step=(\d+)", first_run)]
+        resumed = int(re.findall(r"resume step=(\d+)", out)[-1])
+        assert checkpoints and resumed >= max(checkpoints), (checkpoints, resumed)
+        assert resumed == sigterm, "steps lost beyond the SIGTERM checkpoint: %d" % (sigterm - resumed)
+        # The node is gone, a spare joined Kubernetes and Slurm.
+        replacement = next(s for s in record["timeline"] if s["phase"] == "replace")["outcome"]["replacement"]
+        assert replacement and fleet.kube_node(node) is None
+        spare = fleet.kube_node(replacement)
+        assert next(c for c in spare["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+        assert fleet.slurm_node(replacement)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
+        print(
+            "\nE2E: injection -> Slurm DOWN %.1fs, -> cordon %.1fs, -> record %.1fs; phases %s"
+            % (
+                seen["down"][0] - injected,
+                seen["cordoned"] - injected,
+                record["finished_at"] - injected,
+                {s["phase"]: s["duration_s"] for s in record["timeline"]},
+            )
+        )
+    finally:
+        stop.set()
+        fleet.cancel(job)
+        disabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": False})
+        assert disabled.rc == 0, disabled.output[-3000:]
+        if fleet.kube_node(node) is None:
+            fleet.restore(node)
+        fleet.heal(node)
+
+
+def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
+    lab = fleet.lab
+    job, node = fleet.submit_train_sim(tmp_path / "job")
+    inject(lab, node, 79)
+    updates_before = len(slurm_updates(lab, node))
+    spares_before = set(fleet.active_nodes())
+    kills = []
+    try:
+        for phase_index in range(len(REPLACE_PHASES)):
+            process = fleet.start_remediation(node)
+
+            # Kill it once the phases before this one are recorded: somewhere inside this phase.
+            def reached(index=phase_index, process=process):
+                progress = fleet.progress(node)
+                done = len((progress or {}).get("phases") or {})
+                started = progress and not progress.get("finished_at") and done >= index
+                return started or process.poll() is not None
+
+            try:
+                wait_for(reached, 120, 0.05, what="phase %d" % phase_index)
+            finally:
+                if process.poll() is None:
+                    fleet.kill(process)
+                    kills.append(REPLACE_PHASES[phase_index])
+        final = fleet.remediate(node)
+        assert final.rc == 0, final.output[-3000:]
+        record = [r for r in fleet.audit(node) if r["result"] == "succeeded"][-1]
+        assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
+        assert len(record["resumed_at"]) >= len(kills) - 1, (kills, record["resumed_at"])
+        # Each action once: one drain, one DOWN (and the retirement's FUTURE) in slurmctld's log,
+        # one SIGTERM seen by the job, one spare activated.
+        updates = slurm_updates(lab, node)[updates_before:]
+        states = [u for u in updates if u.startswith("state set to")]
+        assert sum(s.startswith("state set to DRAIN") for s in states) == 1, updates
+        assert sum(s == "state set to DOWN" for s in states) == 1, updates
+        assert Fleet.output(tmp_path / "job").count("sigterm step=") == 1
+        added = set(fleet.active_nodes()) - spares_before
+        assert len(added) == 1 and fleet.kube_node(node) is None
+        print("\ncrash safety: killed in %s; resumed %d times" % (kills, len(record["resumed_at"])))
+    finally:
+        fleet.cancel(job)
+        if fleet.kube_node(node) is None:
+            fleet.restore(node)
+        fleet.heal(node)
+
+
+def test_a_storm_trips_the_breaker_at_its_cap(fleet):
+    lab = fleet.lab
+    nodes = fleet.active_nodes()
+    gpu_nodes = len(lab.kube().list_node(label_selector="gpufleet.io/pool").items)
+    cap = max(1, min(10, int(gpu_nodes * 0.2)))
+    storm = nodes[: max(cap + 2, (len(nodes) * 6 + 9) // 10)]  # 60 % of the pool, and more than the cap
+    for node in storm:
+        inject(lab, node, 79)
+    cordoned_max = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            taken = sum(
+                1 for n in lab.kube().list_node(label_selector="gpufleet.io/pool").items if n.spec.unschedulable
+            )
+            cordoned_max[0] = max(cordoned_max[0], taken)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    before = set(fleet.active_nodes())
+    try:
+        processes = [
+            fleet.start_remediation(node, remediation_breaker={"max_percent": 20, "max_nodes": 10, "window_s": 600})
+            for node in storm
+        ]
+        outputs = [p.communicate(timeout=600)[0] for p in processes]
+        stop.set()
+        assert all(p.returncode == 0 for p in processes), [o[-2000:] for o in outputs]
+        results = {node: fleet.audit(node)[-1] for node in storm}
+        acted = [n for n, r in results.items() if r["plan"]["name"] == "RESTART_BM"]
+        refused = [n for n, r in results.items() if r["plan"]["name"] == "BREAKER_OPEN"]
+        assert len(acted) == cap and len(refused) == len(storm) - cap, results
+        assert all(results[n]["result"] == "refused" for n in refused)
+        assert cordoned_max[0] <= cap
+        for node in refused:  # refused: not fenced, not cordoned
+            assert fleet.slurm_states()[node].split("|")[0] in ("idle", "mixed", "allocated")
+        breaker = fleet.module("remediation_breaker", {"kubeconfig": str(lab.kubeconfig), "namespace": NAMESPACE})[
+            "breaker"
+        ]
+        assert breaker["tripped"]
+        wait_for(lambda: firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert in Alertmanager")
+        # The reset closes it and resolves the alert.
+        fleet.reset_state()
+        wait_for(lambda: not firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert resolved")
+    finally:
+        stop.set()
+        for node in storm:
+            if fleet.kube_node(node) is None:
+                fleet.restore(node)
+            fleet.heal(node)
+        assert set(fleet.active_nodes()) == before
