@@ -12,7 +12,8 @@ CACHE_DIR ?= $(or $(GPUFLEET_CACHE_DIR),$(HOME)/.cache/gpufleet)
 LAB_DIR ?= /var/tmp/gpufleet-lab
 BIN := $(CURDIR)/$(VENV)/bin
 # Debian packages the lab and the tests use (bindep.txt lists them for EE builds).
-DEBS := munge slurmctld slurmd slurm-client openssl gcc make git iproute2 procps prometheus prometheus-alertmanager
+DEBS := munge slurmctld slurmd slurm-client openssl gcc make git iproute2 procps prometheus prometheus-alertmanager \
+  openjdk-17-jre-headless
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections

@@ -41,6 +41,7 @@ BENCH_VARS.update({
     "kubernetes_lab_scheduler_port": 18259, "kubernetes_lab_kwok_port": 18247,
     "slurm_slurmctld_port": 18817, "slurm_slurmd_port_base": 19001,
     "health_agent_lab_port_base": 18400, "monitoring_prometheus_port": 18090, "monitoring_alertmanager_port": 18093,
+    "self_healing_webhook_port": 18500, "monitoring_alert_webhook_url": "http://127.0.0.1:18500/endpoint",
     "gpufleet_node_pools": [dict(TEST_LAB_VARS["gpufleet_node_pools"][0], count=8, nodes_per_rack=4)],
 })
 

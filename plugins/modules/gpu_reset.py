@@ -98,8 +98,8 @@ def main():
             module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
         module.exit_json(**result)
     if not params["command"]:
-        module.fail_json(msg="command: is required with backend=command, e.g. [ssh, '{node}', nvidia-smi, -r, -i, '{gpu}']",
-                         field="command")
+        module.fail_json(field="command",
+                         msg="command: is required with backend=command, e.g. [ssh, '{node}', nvidia-smi, -r]")
     gpu = "0" if params["gpu"] is None else str(params["gpu"])
     argv = [word.replace("{node}", params["node"]).replace("{gpu}", gpu) for word in params["command"]]
     if module.check_mode:

@@ -35,9 +35,16 @@ TEST_LAB_PORTS = {
     "health_agent_lab_port_base": 20400,
     "monitoring_prometheus_port": 20090,
     "monitoring_alertmanager_port": 20093,
+    "self_healing_webhook_port": 20500,
 }
 TEST_LAB_VARS = {
     **{name: port + PORT_OFFSET for name, port in TEST_LAB_PORTS.items()},
+    # Alertmanager sends to the test lab's rulebook.
+    "monitoring_alert_webhook_url": "http://127.0.0.1:%d/endpoint"
+    % (TEST_LAB_PORTS["self_healing_webhook_port"] + PORT_OFFSET),
+    # Self-healing acts on injected faults; the tests that inject them for other reasons must not
+    # see their nodes remediated. tests/integration/remediation turns it on where it is tested.
+    "self_healing_enabled": False,
     # Alerts that wait minutes on a real site fire at once here, so the tests see them.
     "monitoring_alert_for": {"GpuNodeDegraded": "0s", "GpuThermalSlowdown": "0s", "GpuRowRemapPending": "0s"},
     "gpufleet_node_pools": [{

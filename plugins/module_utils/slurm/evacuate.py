@@ -159,9 +159,13 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
     """What ``state=evacuated`` returns: changed, jobs (each with its fate), signalled, waited, command."""
     checked = check_evacuation(node, signal, grace, poll, then, skip_signal)
     jobs = node_jobs(client, node)
-    if not jobs:
+    if not jobs and not checked["skip"]:
         return dict(changed=False, jobs=[], signalled=[], waited=0.0, command=[])
     fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue) for job in jobs}
+    # Jobs signalled earlier that have left the node already are accounted for too: the report
+    # names every job the node had, not only those still there.
+    for job_id in sorted(checked["skip"] - set(fates)):
+        fates[job_id] = JobFate(job_id=job_id, name=None, requeue=None, signalled=True, fate=LEFT)
     command: List[List[str]] = []
     signalled: List[str] = []
     try:
@@ -235,6 +239,8 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             raise EvacuationError(exc, signalled, command) from exc
         for job_id, fate in fates.items():
             fate.state = now_jobs[job_id].state if job_id in now_jobs else None
+            if fate.name is None and job_id in now_jobs:
+                fate.name, fate.requeue = now_jobs[job_id].name, now_jobs[job_id].requeue
     return dict(changed=bool(command), jobs=[fate.as_dict() for fate in fates.values()], signalled=signalled,
                 waited=waited, command=command)
 

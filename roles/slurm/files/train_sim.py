@@ -17,7 +17,8 @@ heals itself:
 
 Each line it prints is ``<event> key=value ...`` so drills can parse it:
 ``resume step=120 from=ckpt-000000120.json``, ``step step=121 ...``,
-``checkpoint step=150 ...``, ``sigterm step=163 ...``, ``done step=1000 ...``.
+``checkpoint step=150 ...``, ``interrupted step=163 signal=SIGTERM ...``, ``done step=1000 ...``
+(a first run starts with ``start step=0``).
 
 Standard library only: it runs inside sbatch with whatever Python the node has.
 """

@@ -77,6 +77,9 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
         # This cluster runs no Prometheus Operator; the `existing` monitoring backend is tested
         # against the Operator's CRDs in tests/integration/monitoring/test_operator_objects.py.
         monitoring_backend="none",
+        # This control host runs no systemd, which the self_healing role's backend here (systemd)
+        # needs; its unit is checked with systemd-analyze in tests/integration/remediation.
+        self_healing_enabled=False,
     )
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "group_vars" / "all" / "site.yml").write_text(yaml.safe_dump(site_vars))

@@ -126,7 +126,7 @@ def test_escalation_after_too_many_remediations():
     ]
     assert not escalation.decide(history[:1], 3 * DAY, "Xid79", policy).hold
     decision = escalation.decide(
-        history + [{"id": "d", "at": 2.5 * DAY, "reason": "Xid64", "action": "RESET_GPU"}], 3 * DAY, "Xid79", policy
+        [*history, {"id": "d", "at": 2.5 * DAY, "reason": "Xid64", "action": "RESET_GPU"}], 3 * DAY, "Xid79", policy
     )
     assert decision.hold and "4 remediations" in decision.why
     # Old ones drop out of the window.

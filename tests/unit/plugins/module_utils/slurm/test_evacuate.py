@@ -351,3 +351,10 @@ def test_signalled_only_signals_and_does_not_wait():
     slurm = FakeSlurm([Job("7"), Job("8")], Clock())
     result = slurm_jobs(slurm, NODE, "signalled", skip_signal=["8"])
     assert result["signalled"] == ["7"] and result["waited"] == 0.0 and result["changed"] is True
+
+
+def test_a_job_signalled_earlier_that_already_left_is_still_reported():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", node="gpu-a-009")], clock)
+    result = run(slurm, grace=30, skip_signal=["7"])
+    assert result["changed"] is False and fates(result) == {"7": (True, LEFT, "RUNNING")}

@@ -1,0 +1,391 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""gpufleet.resilience.node_condition: one event per Node whose GpuHealthy condition turns unhealthy.
+
+The Alertmanager path of self-healing needs Prometheus; this source is the path for clusters
+without it. The health agents write the ``GpuHealthy`` condition on their Node (a strategic
+merge patch of ``nodes/status``, see plugins/module_utils/agent/condition.py):
+
+* ``True`` - healthy;
+* ``False`` - ``degraded`` or ``fatal``, the verdict and the catalog action at the head of the
+  message: ``fatal, RESTART_BM: GPU 3 (GPU-..., 0000:3b:00.0): XID 79 ...``;
+* ``Unknown`` - the agent cannot read its GPUs.
+
+The source lists the Nodes, then watches them from the list's resourceVersion, and puts one
+event on the queue for each *transition into unhealthy*: the first time a Node is seen with the
+condition in an unhealthy status, and again only after the condition changed (another reason,
+another lastTransitionTime) or the Node was healthy in between. The agents rewrite the
+condition every heartbeat; a rewrite that changes nothing but lastHeartbeatTime is no event.
+
+A watch that ends (its timeout, the API server restarting, a dropped connection, 410 Gone)
+is followed by a new list and watch, with a capped exponential back-off after errors. The
+new list is compared with what was seen, so a transition that happened while the watch was
+down still gives its event, and one that was already reported does not give another.
+
+This file is loaded by ansible-rulebook on its own (not as part of a Python package), so it
+imports nothing from the collection; its pure part (``condition_event``, ``parse_message``,
+``TransitionTracker``) is unit-tested in tests/unit/plugins/event_source/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+DOCUMENTATION = r"""
+---
+short_description: Watch the GpuHealthy condition of Kubernetes Nodes.
+description:
+  - An ansible-rulebook event source that lists and watches Nodes and puts one event on the
+    queue each time a Node's C(GpuHealthy) condition (written by the gpufleet health agents)
+    turns unhealthy. Heartbeat rewrites of an unchanged condition give no event.
+  - "Each event is C({gpufleet_condition: {node, type, status, reason, message, verdict, action,
+    last_transition_time, last_heartbeat_time, fingerprint}}). C(verdict) and C(action) come from
+    the head of the message (C(fatal, RESTART_BM: ...)); both are null when the message has
+    another form."
+options:
+  kubeconfig:
+    description:
+      - Path of a kubeconfig. Empty or missing - the KUBECONFIG environment variable, else the
+        in-cluster service account, else C(~/.kube/config).
+      - The identity needs C(list) and C(watch) on C(nodes).
+    type: str
+  context:
+    description: Context in the kubeconfig; empty for its current context.
+    type: str
+  condition_type:
+    description: The Node condition to watch.
+    type: str
+    default: GpuHealthy
+  unhealthy_statuses:
+    description: Condition statuses that count as unhealthy.
+    type: list
+    elements: str
+    default: ["False"]
+  label_selector:
+    description: Watch only the Nodes this label selector selects (e.g. C(gpufleet.io/pool)).
+    type: str
+    default: ""
+  emit_existing:
+    description:
+      - Also give an event for each Node that is already unhealthy when the source starts. A
+        transition missed while the rulebook was down is then acted on; the remediation playbook
+        is idempotent, so a Node it already handled is a no-op.
+    type: bool
+    default: true
+  watch_timeout:
+    description: Seconds a single watch request lasts before it is renewed.
+    type: int
+    default: 300
+  backoff_max:
+    description: Longest wait, in seconds, between attempts after the API server failed.
+    type: float
+    default: 30
+"""
+
+EXAMPLES = r"""
+- name: Remediate Nodes whose GPUs fail, without Prometheus
+  hosts: localhost
+  sources:
+    - gpufleet.resilience.node_condition:
+        kubeconfig: /etc/gpufleet/eda.kubeconfig
+        label_selector: gpufleet.io/pool
+  rules:
+    - name: A fatal GPU fault
+      condition: event.gpufleet_condition.verdict == "fatal"
+      action:
+        debug:
+          msg: "{{ event.gpufleet_condition.node }}: {{ event.gpufleet_condition.message }}"
+"""
+
+LOG = logging.getLogger("gpufleet.resilience.node_condition")
+
+CONDITION_TYPE = "GpuHealthy"
+VERDICTS = ("healthy", "degraded", "fatal")
+# "fatal, RESTART_BM: GPU 3 ...": the agent's verdict, then the catalog action.
+_MESSAGE = re.compile(r"^\s*(healthy|degraded|fatal)\s*,\s*([A-Z][A-Z0-9_]*)\s*:")
+HTTP_GONE = 410
+
+
+# ---- pure part -----------------------------------------------------------------------------
+
+
+def parse_message(message: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(verdict, action) from the head of a GpuHealthy message; (None, None) for another form."""
+    found = _MESSAGE.match(message or "")
+    if not found:
+        return None, None
+    return found.group(1), found.group(2)
+
+
+def node_name(node: Dict[str, Any]) -> Optional[str]:
+    return (node.get("metadata") or {}).get("name")
+
+
+def find_condition(node: Dict[str, Any], condition_type: str = CONDITION_TYPE) -> Optional[Dict[str, Any]]:
+    """The condition of that type in a Node as the API serves it (camelCase keys), or None."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == condition_type:
+            return condition
+    return None
+
+
+def fingerprint(node: str, condition: Dict[str, Any]) -> str:
+    """What tells one unhealthy episode from another: the node, status, reason and transition time."""
+    return "%s/%s/%s/%s" % (node, condition.get("status"), condition.get("reason"),
+                            condition.get("lastTransitionTime"))
+
+
+def condition_event(node: str, condition: Dict[str, Any]) -> Dict[str, Any]:
+    """The event put on the queue for one unhealthy condition of ``node``."""
+    verdict, action = parse_message(condition.get("message"))
+    return {"gpufleet_condition": {
+        "node": node,
+        "type": condition.get("type"),
+        "status": condition.get("status"),
+        "reason": condition.get("reason"),
+        "message": condition.get("message"),
+        "verdict": verdict,
+        "action": action,
+        "last_transition_time": condition.get("lastTransitionTime"),
+        "last_heartbeat_time": condition.get("lastHeartbeatTime"),
+        "fingerprint": fingerprint(node, condition),
+    }}
+
+
+class TransitionTracker:
+    """Remembers, per Node, the unhealthy episode last reported; says which observations are new.
+
+    ``observe`` takes a Node as the API serves it and returns the event to send, or None. An
+    episode is reported once: a heartbeat rewrite (same status, reason and transition time) is
+    no event; a healthy condition, a missing one, or a deleted Node ends the episode.
+    """
+
+    def __init__(self, condition_type: str = CONDITION_TYPE, unhealthy_statuses: Iterable[str] = ("False",)) -> None:
+        self.condition_type = condition_type
+        self.unhealthy_statuses = frozenset(unhealthy_statuses)
+        self._reported: Dict[str, str] = {}
+
+    def observe(self, node: Dict[str, Any], report: bool = True) -> Optional[Dict[str, Any]]:
+        name = node_name(node)
+        if not name:
+            return None
+        condition = find_condition(node, self.condition_type)
+        if condition is None or condition.get("status") not in self.unhealthy_statuses:
+            self._reported.pop(name, None)
+            return None
+        mark = fingerprint(name, condition)
+        if self._reported.get(name) == mark:
+            return None
+        self._reported[name] = mark
+        return condition_event(name, condition) if report else None
+
+    def forget(self, node: Dict[str, Any]) -> None:
+        name = node_name(node)
+        if name:
+            self._reported.pop(name, None)
+
+    def resync(self, nodes: List[Dict[str, Any]], report: bool = True) -> List[Dict[str, Any]]:
+        """A full list: the events it gives, and Nodes no longer listed are forgotten."""
+        listed = {node_name(node) for node in nodes}
+        for name in [name for name in self._reported if name not in listed]:
+            del self._reported[name]
+        events = []
+        for node in nodes:
+            event = self.observe(node, report)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def handle(self, watch_event: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """One watch event (``{type, object}`` with a raw Node); the event to send, or None."""
+        kind, node = watch_event.get("type"), watch_event.get("object")
+        if not isinstance(node, dict):
+            return None
+        if kind == "DELETED":
+            self.forget(node)
+            return None
+        if kind in ("ADDED", "MODIFIED"):
+            return self.observe(node)
+        return None
+
+
+def resource_version(obj: Dict[str, Any]) -> Optional[str]:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def backoff(attempt: int, ceiling: float) -> float:
+    """Seconds to wait before attempt ``attempt`` (1-based) after a failure: 1, 2, 4, ... capped."""
+    return min(float(ceiling), 2.0 ** max(0, attempt - 1))
+
+
+# ---- Kubernetes -----------------------------------------------------------------------------
+
+
+def _api(args: Dict[str, Any]) -> Any:
+    from kubernetes import client, config
+
+    kubeconfig = args.get("kubeconfig") or None
+    context = args.get("context") or None
+    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
+        try:
+            config.load_incluster_config()
+            return client.CoreV1Api()
+        except config.ConfigException:
+            pass
+    return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig, context=context))
+
+
+class NodeWatcher:
+    """List + watch of Nodes in a thread; ``emit`` gets each event to send."""
+
+    def __init__(self, api_factory: Callable[[], Any], emit: Callable[[Dict[str, Any]], None],
+                 tracker: TransitionTracker, label_selector: str = "", emit_existing: bool = True,
+                 watch_timeout: int = 300, backoff_max: float = 30.0,
+                 sleep: Optional[Callable[[float], bool]] = None) -> None:
+        self.api_factory = api_factory
+        self.emit = emit
+        self.tracker = tracker
+        self.label_selector = label_selector
+        self.emit_existing = emit_existing
+        self.watch_timeout = int(watch_timeout)
+        self.backoff_max = float(backoff_max)
+        self.stopping = threading.Event()
+        # Waits between attempts; True means "stop now". Tests pass their own.
+        self.sleep = sleep if sleep is not None else self.stopping.wait
+        self._listed_once = False
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _list(self, api: Any) -> str:
+        kwargs = {"label_selector": self.label_selector} if self.label_selector else {}
+        answer = api.list_node(_preload_content=False, _request_timeout=30, **kwargs)
+        try:
+            listed = json.loads(answer.data)
+        finally:
+            answer.release_conn()
+        report = self._listed_once or self.emit_existing
+        for event in self.tracker.resync(listed.get("items") or [], report=report):
+            self.emit(event)
+        self._listed_once = True
+        return resource_version(listed) or ""
+
+    def _watch(self, api: Any, version: str) -> str:
+        from kubernetes import watch
+
+        streamer = watch.Watch()
+        kwargs = {"label_selector": self.label_selector} if self.label_selector else {}
+        try:
+            for event in streamer.stream(api.list_node, resource_version=version, timeout_seconds=self.watch_timeout,
+                                         allow_watch_bookmarks=True, deserialize=False,
+                                         _request_timeout=self.watch_timeout + 30, **kwargs):
+                if self.stopping.is_set():
+                    break
+                if not isinstance(event, dict):
+                    continue
+                version = resource_version(event.get("object") or {}) or version
+                found = self.tracker.handle(event)
+                if found is not None:
+                    self.emit(found)
+        finally:
+            streamer.stop()
+        return version
+
+    def run(self) -> None:
+        failures = 0
+        version = ""
+        api = None
+        gone = False
+        while not self.stopping.is_set():
+            try:
+                if api is None:
+                    api = self.api_factory()
+                if not version:
+                    version = self._list(api)
+                    LOG.info("node_condition: listed Nodes at resourceVersion %s", version)
+                version = self._watch(api, version)
+                failures, gone = 0, False
+            except Exception as exc:  # the API server away, 410 Gone, a dropped connection alike
+                status = getattr(exc, "status", None)
+                version = ""
+                # The watch's resourceVersion is too old: list again at once (the first time; a
+                # second 410 in a row backs off like any failure).
+                if status == HTTP_GONE and not gone:
+                    gone = True
+                    LOG.info("node_condition: the watch expired (410); listing again")
+                    continue
+                failures += 1
+                wait = backoff(failures, self.backoff_max)
+                LOG.warning("node_condition: listing or watching Nodes failed (%s); retrying in %.0fs", exc, wait)
+                if failures % 5 == 0:
+                    api = None  # a fresh client: the kubeconfig's token or certificate may have been renewed
+                if self.sleep(wait):
+                    break
+
+
+async def main(queue: asyncio.Queue, args: Dict[str, Any]) -> None:
+    """Put an event on ``queue`` for each transition of a Node's GpuHealthy condition into unhealthy."""
+    loop = asyncio.get_running_loop()
+    statuses = args.get("unhealthy_statuses") or ["False"]
+    if isinstance(statuses, str):
+        statuses = [statuses]
+    tracker = TransitionTracker(args.get("condition_type") or CONDITION_TYPE, [str(status) for status in statuses])
+
+    def emit(event: Dict[str, Any]) -> None:
+        # From the watcher's thread: hand the event to the event loop and wait until it is queued,
+        # so a full queue slows the watch instead of losing events.
+        future = asyncio.run_coroutine_threadsafe(queue.put(event), loop)
+        while not watcher.stopping.is_set():
+            try:
+                future.result(timeout=1)
+                return
+            except TimeoutError:
+                continue
+        future.cancel()
+
+    emit_existing = args.get("emit_existing", True)
+    if isinstance(emit_existing, str):
+        emit_existing = emit_existing.strip().lower() in ("1", "true", "yes", "on")
+    watcher = NodeWatcher(
+        api_factory=lambda: _api(args), emit=emit, tracker=tracker,
+        label_selector=args.get("label_selector") or "", emit_existing=bool(emit_existing),
+        watch_timeout=int(args.get("watch_timeout") or 300), backoff_max=float(args.get("backoff_max") or 30),
+    )
+    done = loop.create_future()
+
+    def run() -> None:
+        try:
+            watcher.run()
+        except BaseException as exc:  # reported to the rulebook through the future
+            loop.call_soon_threadsafe(lambda error=exc: done.done() or done.set_exception(error))
+        else:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+    # A daemon thread: a watch blocked in a read never holds up the rulebook's exit.
+    thread = threading.Thread(target=run, name="gpufleet-node-condition", daemon=True)
+    thread.start()
+    LOG.info("node_condition: watching the %s condition of Nodes%s", tracker.condition_type,
+             " (%s)" % watcher.label_selector if watcher.label_selector else "")
+    try:
+        await done
+    finally:
+        watcher.stop()
+
+
+if __name__ == "__main__":
+    # Try it by hand: python node_condition.py KUBECONFIG prints each event.
+
+    import sys
+
+    class _PrintQueue:
+        async def put(self, event: Dict[str, Any]) -> None:
+            print(json.dumps(event), flush=True)
+
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(main(_PrintQueue(), {"kubeconfig": sys.argv[1] if len(sys.argv) > 1 else ""}))  # type: ignore[arg-type]

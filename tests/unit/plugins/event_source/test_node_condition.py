@@ -1,0 +1,234 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The node_condition event source's pure part: the event from a Node, one event per transition.
+
+The plugin is loaded from its file, as ansible-rulebook loads it (not as part of a package). The
+conditions are the agent's own (``health_condition`` + ``condition_patch``), so a change of the
+agent's message format breaks these tests, not the rulebook in production. The list + watch
+against a real API server is tested in tests/integration/remediation/test_self_healing_eda.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.condition import (
+    health_condition,
+    unknown_condition,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import condition_patch
+
+PLUGIN = Path(__file__).resolve().parents[4] / "extensions" / "eda" / "plugins" / "event_source" / "node_condition.py"
+T0 = 1_795_000_000.0
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpufleet_node_condition_source", PLUGIN)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+nc = _load()
+
+
+def node(name: str, condition=None, heartbeat: float = T0, transition: float = T0, others=()) -> Dict[str, Any]:
+    """A Node as the API server serves it, with the agent's condition (or none)."""
+    conditions: List[Dict[str, Any]] = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}, *others]
+    if condition is not None:
+        conditions += condition_patch(condition, heartbeat, transition)["status"]["conditions"]
+    return {"metadata": {"name": name, "resourceVersion": "42"}, "status": {"conditions": conditions}}
+
+
+FATAL = health_condition(evaluate([XidEvent(xid=79, source="nvml", gpu_index=3, timestamp=T0)]), 8)
+HEALTHY = health_condition(evaluate([]), 8)
+
+
+def degraded_condition():
+    verdict = evaluate([XidEvent(xid=48, source="nvml", gpu_index=1, timestamp=T0),
+                        XidEvent(xid=63, source="nvml", gpu_index=1, timestamp=T0 + 0.1)])
+    return verdict, health_condition(verdict, 8)
+
+
+# ---- the event ------------------------------------------------------------------------------
+
+
+def test_event_of_an_agents_fatal_condition():
+    event = nc.TransitionTracker().observe(node("gpu-a-002", FATAL))
+    assert event == {"gpufleet_condition": {
+        "node": "gpu-a-002",
+        "type": "GpuHealthy",
+        "status": "False",
+        "reason": "Xid79",
+        "message": FATAL.message,
+        "verdict": "fatal",
+        "action": "RESTART_BM",
+        "last_transition_time": "2026-11-18T11:06:40Z",
+        "last_heartbeat_time": "2026-11-18T11:06:40Z",
+        "fingerprint": "gpu-a-002/False/Xid79/2026-11-18T11:06:40Z",
+    }}
+
+
+def test_verdict_and_action_come_from_the_agents_message():
+    verdict, condition = degraded_condition()
+    event = nc.TransitionTracker().observe(node("n", condition))["gpufleet_condition"]
+    assert (event["verdict"], event["action"]) == (verdict.state, verdict.action)
+    assert event["reason"] == condition.reason
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("fatal, RESTART_BM: GPU 3 (GPU-1, 0000:3b:00.0): XID 79", ("fatal", "RESTART_BM")),
+    ("degraded, RESET_GPU: GPU 1 ...", ("degraded", "RESET_GPU")),
+    ("  fatal ,CONTACT_SUPPORT : x", ("fatal", "CONTACT_SUPPORT")),
+    ("8 GPUs healthy", (None, None)),
+    ("the agent cannot read its GPUs: NVML unavailable", (None, None)),
+    ("Fatal, RESTART_BM: capitalised is not the agent's", (None, None)),
+    ("", (None, None)),
+    (None, (None, None)),
+])
+def test_parse_message(message, expected):
+    assert nc.parse_message(message) == expected
+
+
+# ---- one event per transition -------------------------------------------------------------------
+
+
+def test_heartbeat_rewrites_give_no_event():
+    tracker = nc.TransitionTracker()
+    assert tracker.observe(node("n", FATAL, heartbeat=T0, transition=T0)) is not None
+    for beat in (60, 120, 180):
+        assert tracker.observe(node("n", FATAL, heartbeat=T0 + beat, transition=T0)) is None
+
+
+def test_healthy_in_between_gives_a_new_event():
+    tracker = nc.TransitionTracker()
+    assert tracker.observe(node("n", FATAL, transition=T0))
+    assert tracker.observe(node("n", HEALTHY, transition=T0 + 10)) is None
+    assert tracker.observe(node("n", FATAL, transition=T0 + 20))
+
+
+def test_healthy_in_between_gives_a_new_event_even_with_the_same_transition_time():
+    # A writer that kept the old lastTransitionTime: the healthy condition in between still ends
+    # the episode.
+    tracker = nc.TransitionTracker()
+    assert tracker.observe(node("n", FATAL, transition=T0))
+    assert tracker.observe(node("n", HEALTHY, transition=T0)) is None
+    assert tracker.observe(node("n", FATAL, transition=T0))
+
+
+def test_another_reason_while_unhealthy_is_a_new_episode():
+    _verdict, degraded = degraded_condition()
+    tracker = nc.TransitionTracker()
+    first = tracker.observe(node("n", degraded, transition=T0))
+    second = tracker.observe(node("n", FATAL, transition=T0 + 5))
+    assert first["gpufleet_condition"]["reason"] != second["gpufleet_condition"]["reason"]
+    assert tracker.observe(node("n", FATAL, heartbeat=T0 + 65, transition=T0 + 5)) is None
+
+
+def test_unknown_is_not_unhealthy_by_default_but_can_be():
+    unknown = unknown_condition("NVML unavailable")
+    assert nc.TransitionTracker().observe(node("n", unknown)) is None
+    event = nc.TransitionTracker(unhealthy_statuses=["False", "Unknown"]).observe(node("n", unknown))
+    assert event["gpufleet_condition"]["status"] == "Unknown"
+    assert event["gpufleet_condition"]["verdict"] is None
+
+
+def test_nodes_without_the_condition_or_a_name_give_nothing():
+    tracker = nc.TransitionTracker()
+    assert tracker.observe(node("n")) is None
+    assert tracker.observe({"metadata": {}, "status": {}}) is None
+    assert tracker.observe({}) is None
+    assert tracker.observe({"metadata": {"name": "n"}, "status": {"conditions": None}}) is None
+
+
+def test_another_condition_type():
+    tracker = nc.TransitionTracker(condition_type="NetworkHealthy")
+    other = {"type": "NetworkHealthy", "status": "False", "reason": "LinkDown", "message": "fatal, RESTART_BM: x",
+             "lastTransitionTime": "t"}
+    assert tracker.observe(node("n", FATAL)) is None
+    assert tracker.observe(node("n", others=[other]))["gpufleet_condition"]["type"] == "NetworkHealthy"
+
+
+def test_nodes_are_tracked_apart():
+    tracker = nc.TransitionTracker()
+    assert tracker.observe(node("a", FATAL))
+    assert tracker.observe(node("b", FATAL))
+    assert tracker.observe(node("a", FATAL)) is None
+
+
+# ---- watch events and lists ----------------------------------------------------------------------
+
+
+def test_watch_events():
+    tracker = nc.TransitionTracker()
+    assert tracker.handle({"type": "ADDED", "object": node("n", HEALTHY)}) is None
+    assert tracker.handle({"type": "MODIFIED", "object": node("n", FATAL)})
+    assert tracker.handle({"type": "MODIFIED", "object": node("n", FATAL, heartbeat=T0 + 60)}) is None
+    assert tracker.handle({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}) is None
+    # A Node deleted and made again (a replacement with the same name) starts afresh.
+    assert tracker.handle({"type": "DELETED", "object": node("n", FATAL)}) is None
+    assert tracker.handle({"type": "ADDED", "object": node("n", FATAL)})
+    assert tracker.handle({"type": "ERROR", "object": {"code": 410}}) is None
+    assert tracker.handle({"type": "MODIFIED", "object": "not a node"}) is None
+
+
+def test_resync_reports_what_changed_while_the_watch_was_down():
+    tracker = nc.TransitionTracker()
+    assert len(tracker.resync([node("a", FATAL), node("b", HEALTHY), node("c", FATAL)])) == 2
+    # Down for a while: a healed, b failed, c still in the same episode, d new and failed.
+    events = tracker.resync([node("a", HEALTHY), node("b", FATAL, transition=T0 + 30), node("c", FATAL),
+                             node("d", FATAL)])
+    assert sorted(e["gpufleet_condition"]["node"] for e in events) == ["b", "d"]
+    # a fails again; c is gone from the list (deleted) and comes back failed: both are new episodes.
+    events = tracker.resync([node("a", FATAL, transition=T0 + 60), node("b", FATAL, transition=T0 + 30)])
+    assert [e["gpufleet_condition"]["node"] for e in events] == ["a"]
+    assert tracker.observe(node("c", FATAL))
+
+
+def test_resync_without_reporting_primes_the_tracker():
+    # emit_existing=false: Nodes unhealthy at start are remembered, not reported.
+    tracker = nc.TransitionTracker()
+    assert tracker.resync([node("a", FATAL)], report=False) == []
+    assert tracker.observe(node("a", FATAL, heartbeat=T0 + 60)) is None
+    assert tracker.observe(node("a", FATAL, transition=T0 + 90))
+
+
+def test_backoff():
+    assert [nc.backoff(attempt, 30) for attempt in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert nc.backoff(1, 0.5) == 0.5
+
+
+def test_the_watcher_backs_off_while_the_api_cannot_be_reached():
+    """Our own API factory fails: the watcher waits 1, 2, 4 ... s between attempts and stops when told."""
+    waits: List[float] = []
+    made: List[int] = []
+
+    def factory():
+        made.append(1)
+        raise ConnectionRefusedError("connection refused")
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) >= 7
+
+    watcher = nc.NodeWatcher(factory, emit=lambda event: None, tracker=nc.TransitionTracker(), backoff_max=10,
+                             sleep=sleep)
+    watcher.run()
+    assert waits == [1, 2, 4, 8, 10, 10, 10]
+    assert len(made) == 7
+
+
+def test_documentation_is_yaml():
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(nc.DOCUMENTATION)
+    assert set(doc["options"]) == {"kubeconfig", "context", "condition_type", "unhealthy_statuses", "label_selector",
+                                   "emit_existing", "watch_timeout", "backoff_max"}
+    assert isinstance(yaml.safe_load(nc.EXAMPLES), list)
