@@ -3,6 +3,7 @@ ConfigMaps and the audit log, submit train_sim, and put the lab back as it was a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,9 +55,29 @@ class Fleet:
             start_new_session=True,
         )
 
-    @staticmethod
-    def kill(process: subprocess.Popen) -> None:
-        os.killpg(process.pid, signal.SIGKILL)
+    def kill(self, process: subprocess.Popen) -> None:
+        """SIGKILL the run and every process under it - Ansible's workers and the module in flight
+        run in sessions of their own, so a process group is not enough - but not the lab daemons a
+        module started (they have PID records in the lab's run directory)."""
+        children: Dict[int, List[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    parent = int(Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(parent, []).append(int(entry))
+        daemons = set(self.lab.recorded_pids().values())
+        doomed, todo = [], [process.pid]
+        while todo:
+            pid = todo.pop()
+            if pid in daemons:
+                continue
+            doomed.append(pid)
+            todo.extend(children.get(pid, []))
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.wait(timeout=30)
 
     def module(self, name: str, args: Dict[str, Any], check: bool = True) -> Dict[str, Any]:

@@ -1,0 +1,283 @@
+#!/usr/bin/env python
+"""Benchmark of the remediation loop (issue 8), in a lab of its own (8 GPU nodes, 2 spares).
+
+Prints:
+  * P2, detection -> quarantine, p50/p99 over --reps faults on different nodes:
+      - the agent's fast fence: the agent's fault record -> Slurm DRAIN (reason "... agent fast fence");
+      - the Alertmanager -> ansible-rulebook -> remediate-node.yml path: the fault record -> Slurm DOWN
+        and -> Kubernetes cordon + taint (both observed by polling every 50 ms);
+  * P3, quarantine throughput on --nodes kwok nodes: our quarantine (cordon + taint + annotation in
+    one conflict-safe patch, --workers parallel clients) beside `kubectl cordon` of the same nodes
+    (one kubectl process, sequential, the floor), and Slurm's DRAIN of the lab's whole host list in
+    one `scontrol update`;
+  * P4, injection -> job resumed, with 0 s simulated boot: train_sim runs on a node, XID 79 is
+    injected, until the job runs again on another node and has printed its resume line; with the
+    time of each phase from the audit record.
+
+Machines here are shared and have 2 cores: the figures are a run's, not a promise; the ratios
+(ours vs kubectl) are measured side by side in the same run.
+Run: .venv/bin/python bench/remediation.py [--reps 5] [--nodes 1000] [--workers 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "collections"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from lab import BENCH_VARS, scale_nodes
+from lab_harness import Lab, lab_processes
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import (
+    QuarantineSpec,
+    quarantine_node,
+)
+
+LAB_DIR = Path("/var/tmp/gpufleet-bench-remediation-lab")
+FAKEGPU = REPO / "tools" / "fake-nvml" / "fakegpu"
+POLL = 0.05
+# The P2 runs stop after the quarantine: no drain or replacement, so every rep starts from the same fleet.
+P2_PLANS = {"RESTART_BM": ["notify", "fence", "jobs", "down", "opt_out", "quarantine", "record"]}
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100.0 * (len(ordered) - 1)))]
+
+
+def summary(values):
+    return "p50 %.2f s  p99 %.2f s  (min %.2f, max %.2f, n=%d)" % (
+        statistics.median(values), percentile(values, 99), min(values), max(values), len(values))
+
+
+class Bench:
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.api = lab.kube()
+
+    def slurm(self, *argv):
+        return self.lab.slurm(*argv, check=False)
+
+    def slurm_node(self, node):
+        text = self.slurm("scontrol", "--oneliner", "show", "node", node)
+        state = re.search(r"State=(\S+)", text)
+        reason = text.split("Reason=", 1)[1] if "Reason=" in text else ""
+        return (state.group(1) if state else ""), reason
+
+    def fakegpu(self, node, *args):
+        subprocess.run([sys.executable, str(FAKEGPU), "--dir", str(self.lab.lab_dir / "gpus" / node), *args],
+                       check=True, capture_output=True, timeout=30)
+
+    def journal_fault_time(self, node, since):
+        path = self.lab.lab_dir / "agent" / ("%s.events.jsonl" % node)
+        for line in path.read_text().splitlines() if path.exists() else []:
+            record = json.loads(line)
+            if record.get("event") == "fault" and record.get("time", 0) >= since:
+                return record["time"]
+        return None
+
+    def agent_pid(self, node):
+        return int(json.loads((self.lab.run_dir / ("health-agent-%s.pid" % node)).read_text())["pid"])
+
+    def heal(self, node):
+        self.fakegpu(node, "clear")
+        os.kill(self.agent_pid(node), signal.SIGUSR1)
+        writer = NodeWriter(self.api)
+        quarantine_node(writer, node, "absent", QuarantineSpec())
+        self.slurm("scontrol", "update", "NodeName=%s" % node, "State=RESUME")
+
+    def wait(self, predicate, timeout, what):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(POLL)
+        raise SystemExit("timed out waiting for %s" % what)
+
+    def self_healing(self, **extra):
+        result = self.lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra=extra)
+        if result.rc != 0:
+            raise SystemExit("self_healing role failed:\n" + result.output[-3000:])
+
+    def reset_state(self):
+        result = self.lab.playbook("remediation-reset.yml", extra={"clear_slots": True, "clear_history": True})
+        if result.rc != 0:
+            raise SystemExit("remediation-reset.yml failed:\n" + result.output[-3000:])
+
+    # -- P2 ------------------------------------------------------------------------------------
+    def p2(self, reps):
+        self.self_healing(self_healing_enabled=True, self_healing_throttle_window="5 seconds",
+                          remediation_plans=P2_PLANS, remediation_breaker={"max_percent": 100, "max_nodes": 100})
+        nodes = ["gpu-a-%03d" % n for n in range(1, 9)]
+        fence, down, cordon = [], [], []
+        for rep in range(reps):
+            node = nodes[rep % len(nodes)]
+            self.reset_state()
+            seen = {}
+            stop = threading.Event()
+
+            def watch(node=node, seen=seen, stop=stop):
+                while not stop.is_set():
+                    state, reason = self.slurm_node(node)
+                    if "fence" not in seen and "DRAIN" in state and "agent fast fence" in reason:
+                        seen["fence"] = time.time()
+                    if "down" not in seen and state.startswith("DOWN") and "remediation" in reason:
+                        seen["down"] = time.time()
+                    spec = self.api.read_node(node).spec
+                    if "cordon" not in seen and spec.unschedulable and any(
+                            t.key == "gpufleet.io/gpu-unhealthy" for t in spec.taints or []):
+                        seen["cordon"] = time.time()
+                    time.sleep(POLL)
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            injected = time.time()
+            self.fakegpu(node, "xid", "--gpu", "1", "--xid", "79")
+            detected = self.wait(lambda node=node, injected=injected: self.journal_fault_time(node, injected - 1),
+                                 30, "the agent's fault record")
+            self.wait(lambda seen=seen: {"fence", "down", "cordon"} <= set(seen), 120, "fence, DOWN and cordon")
+            stop.set()
+            watcher.join(5)
+            fence.append(seen["fence"] - detected)
+            down.append(seen["down"] - detected)
+            cordon.append(seen["cordon"] - detected)
+            print("  rep %d %s: detect %.2f s after injection; fast fence +%.2f s, EDA DOWN +%.2f s, cordon +%.2f s"
+                  % (rep + 1, node, detected - injected, fence[-1], down[-1], cordon[-1]), flush=True)
+            # Let the remediation finish before the node is healed (its record phase).
+            time.sleep(3)
+            self.heal(node)
+        print("P2 fast fence (agent fault -> Slurm DRAIN):      " + summary(fence))
+        print("P2 EDA path   (agent fault -> Slurm DOWN):       " + summary(down))
+        print("P2 EDA path   (agent fault -> cordon + taint):   " + summary(cordon))
+        self.self_healing(self_healing_enabled=False)
+
+    # -- P3 ------------------------------------------------------------------------------------
+    def p3(self, count, workers):
+        scale_nodes(self.lab, count)
+        names = sorted(n.metadata.name for n in self.api.list_node(label_selector="gpufleet.io/pool").items
+                       if n.metadata.name.startswith("scale"))
+        apis = [core_v1(str(self.lab.kubeconfig)) for _ in range(workers)]
+        spec = QuarantineSpec(reason="bench", remediation_id="bench")
+
+        def ours(state):
+            def one(index_name):
+                index, name = index_name
+                return quarantine_node(NodeWriter(apis[index % workers]), name, state, spec)["changed"]
+
+            began = time.monotonic()
+            with ThreadPoolExecutor(workers) as pool:
+                changed = sum(pool.map(one, enumerate(names)))
+            return changed, time.monotonic() - began
+
+        changed, took = ours("present")
+        print("P3 our quarantine (cordon + taint + annotation), %d workers: %d nodes in %.1f s = %.0f nodes/s"
+              % (workers, changed, took, changed / took))
+        ours("absent")
+        kubectl = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet") / "bin" / "kubectl"
+        if kubectl.exists():
+            began = time.monotonic()
+            subprocess.run([str(kubectl), "--kubeconfig", str(self.lab.kubeconfig), "cordon", *names],
+                           check=True, capture_output=True, timeout=1800)
+            took_kubectl = time.monotonic() - began
+            print("P3 kubectl cordon (one process, sequential, cordon only): %d nodes in %.1f s = %.0f nodes/s"
+                  " (ours/kubectl: %.1fx)" % (len(names), took_kubectl, len(names) / took_kubectl,
+                                              (changed / took) / (len(names) / took_kubectl)))
+            subprocess.run([str(kubectl), "--kubeconfig", str(self.lab.kubeconfig), "uncordon", *names],
+                           check=True, capture_output=True, timeout=1800)
+        else:
+            print("P3 kubectl not found at %s: no side-by-side floor" % kubectl)
+        hostlist = "gpu-a-[001-008]"
+        began = time.monotonic()
+        self.lab.slurm("scontrol", "update", "NodeName=%s" % hostlist, "State=DRAIN", "Reason=gpufleet: bench")
+        took_slurm = time.monotonic() - began
+        self.lab.slurm("scontrol", "update", "NodeName=%s" % hostlist, "State=RESUME")
+        print("P3 Slurm: DRAIN of %s (8 nodes, the lab's size) in one scontrol update: %.3f s" % (hostlist, took_slurm))
+        for name in names:
+            self.api.delete_node(name)
+
+    # -- P4 ------------------------------------------------------------------------------------
+    def p4(self, workdir):
+        self.reset_state()
+        self.self_healing(self_healing_enabled=True, remediation_boot_delay=0)
+        workdir.mkdir(parents=True, exist_ok=True)
+        out = workdir / "train.out"
+        job = self.lab.slurm("sbatch", "--parsable", "--requeue", "--open-mode=append", "--gres=gpu:1",
+                             "--output=%s" % out, str(self.lab.lab_dir / "bin" / "train_sim"), "--checkpoint-dir",
+                             str(workdir / "ckpt"), "--steps", "100000", "--checkpoint-every", "50",
+                             "--step-seconds", "0.02").strip()
+
+        def host():
+            text = self.slurm("scontrol", "show", "job", "--oneliner", job)
+            found = re.search(r"JobState=RUNNING .*BatchHost=(\S+)", text)
+            return found.group(1) if found and out.exists() and "step=" in out.read_text() else None
+
+        node = self.wait(host, 60, "train_sim running")
+        injected = time.time()
+        self.fakegpu(node, "xid", "--gpu", "0", "--xid", "79")
+        self.wait(lambda: "resume " in out.read_text() and host() not in (None, node), 300, "the job resumed elsewhere")
+        resumed = time.time()
+        self.slurm("scancel", job)
+        audit = self.lab.lab_dir / "remediation" / "audit.jsonl"
+        record = self.wait(lambda: [json.loads(line) for line in audit.read_text().splitlines()
+                                    if json.loads(line)["node"] == node] if audit.exists() else None,
+                           300, "the audit record")[-1]
+        print("P4 injection -> job resumed on another node: %.1f s (0 s boot delay)" % (resumed - injected))
+        print("P4 injection -> remediation started %.1f s; phases: %s; whole remediation %.1f s" % (
+            record["started_at"] - injected,
+            ", ".join("%s %.1f s" % (s["phase"], s["duration_s"]) for s in record["timeline"]),
+            record["duration_s"]))
+        self.self_healing(self_healing_enabled=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: p2,p3,p4")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    variables = dict(BENCH_VARS, health_agent_fast_fence=True, self_healing_enabled=False)
+    lab = Lab(lab_dir=LAB_DIR, extra_vars=variables)
+    if LAB_DIR.exists():
+        lab.playbook("lab-down.yml")
+        shutil.rmtree(LAB_DIR)
+    up = lab.playbook("one-click-slurm.yml")
+    if up.rc != 0:
+        lab.playbook("lab-down.yml")
+        raise SystemExit("the bench lab did not come up:\n" + up.output[-4000:])
+    bench = Bench(lab)
+    try:
+        if "p2" not in skip:
+            bench.p2(args.reps)
+        if "p4" not in skip:
+            bench.p4(LAB_DIR / "bench-job")
+        if "p3" not in skip:
+            bench.p3(args.nodes, args.workers)
+    finally:
+        lab.playbook("lab-down.yml")
+        left = lab_processes(LAB_DIR)
+        if left:
+            print("processes left after lab-down: %s" % left)
+
+
+if __name__ == "__main__":
+    main()
