@@ -134,7 +134,7 @@ class Bench:
             seen = {}
             stop = threading.Event()
 
-            def watch(node=node, seen=seen, stop=stop):
+            def watch(node=node, seen=seen, stop=stop):  # pylint: disable=dangerous-default-value
                 while not stop.is_set():
                     state, reason = self.slurm_node(node)
                     if "fence" not in seen and "DRAIN" in state and "agent fast fence" in reason:
@@ -174,7 +174,7 @@ class Bench:
         scale_nodes(self.lab, count)
         names = sorted(n.metadata.name for n in self.api.list_node(label_selector="gpufleet.io/pool").items
                        if n.metadata.name.startswith("scale"))
-        apis = [core_v1(str(self.lab.kubeconfig)) for _ in range(workers)]
+        apis = [core_v1(str(self.lab.kubeconfig)) for _index in range(workers)]
         spec = QuarantineSpec(reason="bench", remediation_id="bench")
 
         def ours(state):
@@ -248,7 +248,7 @@ class Bench:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=8)

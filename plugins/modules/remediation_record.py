@@ -42,7 +42,7 @@ options:
     description: The remediation's id.
     type: str
     required: true
-  message:
+  text:
     description: The text to send instead of the generated one.
     type: str
   event_reason:
@@ -92,7 +92,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-message:
+text:
   description: The text sent.
   type: str
   returned: always
@@ -113,7 +113,7 @@ def argspec():
         state=dict(type="str", choices=["notified", "alerted", "recorded"], required=True),
         node=dict(type="str", required=True),
         remediation_id=dict(type="str", required=True),
-        message=dict(type="str"),
+        text=dict(type="str"),
         event_reason=dict(type="str"),
         event=dict(type="bool", default=True),
         webhook_url=dict(type="str", no_log=True),

@@ -95,7 +95,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 skip:
-  description: Why nothing is to be done (V(duplicate), V(healthy)), or null.
+  description:
+    - Why nothing is to be done, or null. V(duplicate) - another run holds the node; V(healthy) - its condition is
+      True; V(gone) - the Node is gone after a finished remediation replaced it.
   type: str
   returned: always
 id:

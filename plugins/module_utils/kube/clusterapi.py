@@ -323,7 +323,8 @@ class ClusterApiNodes:
                 actions.append("delete Machine %s of %s" % (ref, record.group_ref))
                 if not check_mode:
                     self.delete_machine(record.namespace, record.machine, record.uid)
-        assert record is not None
+        if record is None:  # not reachable: both branches above set it
+            raise ClusterApiError("no replacement record for node %s" % name)
         if check_mode:
             actions.append("wait up to %gs for a new Ready node of %s" % (self.wait_timeout, record.group_ref))
             return Outcome(changed=True, machine=record.machine_ref, actions=actions)

@@ -124,7 +124,7 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
     if check_mode and progress.get("id") != remediation_id:
         return {
             "changed": True,
-            "message": "(check mode) would %s remediation %s of %s" % (state, remediation_id, node),
+            "text": "(check mode) would %s remediation %s of %s" % (state, remediation_id, node),
             "warnings": [],
         }
     if progress.get("id") != remediation_id:
@@ -133,10 +133,10 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
         )
     result: Dict[str, Any] = {"changed": False, "warnings": []}
     if state == "notified":
-        text = params.get("message") or records.start_text(node, remediation_id, progress["fault"], progress["plan"])
+        text = params.get("text") or records.start_text(node, remediation_id, progress["fault"], progress["plan"])
         event_type, reason = "Warning", params.get("event_reason") or "GpuRemediationStarted"
     elif state == "alerted":
-        text = params.get("message") or "GPU node %s is held for a human: %s" % (
+        text = params.get("text") or "GPU node %s is held for a human: %s" % (
             node,
             progress["plan"].get("why") or progress["plan"].get("intent"),
         )
@@ -153,7 +153,7 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
 
         audit = records.audit_record(close(progress))
         result["record"] = audit
-        text = params.get("message") or records.end_text(audit)
+        text = params.get("text") or records.end_text(audit)
         event_type = "Normal" if audit.get("result") == "succeeded" and not audit.get("stopped") else "Warning"
         reason = params.get("event_reason") or "GpuRemediationFinished"
         if not check_mode:
@@ -162,7 +162,7 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
             if not progress.get("finished_at"):
                 store.update(node, remediation_id, now, close)
                 result["changed"] = True
-    result["message"] = text
+    result["text"] = text
     if check_mode:
         result["changed"] = True
         return result

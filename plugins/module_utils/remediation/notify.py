@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime
 import json
 import urllib.error
-import urllib.request
 from typing import Any, Dict, List, Mapping, Optional
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 
@@ -27,18 +28,16 @@ class NotifyError(GpufleetError):
 
 
 def post_json(url: str, payload: Any, timeout: float = 10.0, what: str = "the webhook") -> int:
-    data = json.dumps(payload).encode()
-    request = urllib.request.Request(
-        url, data=data, method="POST", headers={"Content-Type": "application/json", "User-Agent": USER_AGENT}
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status
+        answer = open_url(url, data=json.dumps(payload), method="POST", timeout=timeout, http_agent=USER_AGENT,
+                          headers={"Content-Type": "application/json"})
     except urllib.error.HTTPError as exc:
         raise NotifyError("%s answered HTTP %d" % (what, exc.code)) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise NotifyError("%s cannot be reached: %s" % (what, reason)) from None
+    with answer:
+        return answer.status
 
 
 def rfc3339(moment: float) -> str:

@@ -104,6 +104,10 @@ class RemediationStore:
         node_obj = self.read_node(node)
         if existing and not progress_rules.finished(existing):
             return self._resume(node, existing, now, me)
+        if node_obj is None and existing:
+            return {"skip": "gone", "node": node, "id": existing.get("id"),
+                    "message": "node %s is gone: remediation %s ended %s (%s)"
+                    % (node, existing.get("id"), existing.get("result"), progress_rules.summary(existing))}
         if node_obj is None:
             raise KubeError("node %s: no such Node in the cluster (and no unfinished remediation of it)" % node, 404)
 

@@ -66,7 +66,7 @@ def run_module(lab, module: str, args: Dict[str, Any], check: bool = False, diff
     output = done.stdout + done.stderr
     found = _RESULT.search(output)
     assert found, output[-3000:]
-    result, _ = json.JSONDecoder().raw_decode(output, found.end())
+    result, _end = json.JSONDecoder().raw_decode(output, found.end())
     # The callback prints "failed" in the status word, not in the result.
     result["failed"] = found.group(1) == "FAILED!"
     result["_rc"], result["_output"] = done.returncode, output

@@ -79,7 +79,7 @@ def module_argv(args: Dict[str, Any], check: bool = False, diff: bool = False) -
 def parse_result(output: str, rc: int) -> Dict[str, Any]:
     found = _RESULT.search(output)
     assert found, output[-3000:]
-    result, _ = json.JSONDecoder().raw_decode(output, found.end())
+    result, _end = json.JSONDecoder().raw_decode(output, found.end())
     result["failed"] = found.group(1) == "FAILED!"
     result["_output"] = output
     assert (rc != 0) == result["failed"], output[-3000:]
@@ -339,11 +339,14 @@ def test_command_runs_once_with_the_node_name_and_reports_failure(tmp_path):
     assert done["changed"] and done["rc"] == 0 and done["retired"] == "gpu-a-003" and done["replacement"] is None
     assert out.read_text() == "gpu-a-003:r-42:{other} gpu-a-003\n"
 
-    failing = dict(args, command=[sys.executable, "-c", "import sys; sys.stderr.write('quota exceeded'); sys.exit(3)"])
+    failing = dict(args)
+    failing["command"] = [sys.executable, "-c", "import sys; sys.stderr.write('quota exceeded'); sys.exit(3)"]
     failed = node_replace(None, **failing)
     assert failed["failed"] and failed["rc"] == 3
     assert "command exited 3" in failed["msg"] and "quota exceeded" in failed["msg"]
-    missing = node_replace(None, **dict(args, command=["/nonexistent/replace-instance", "{node}"]))
+    missing_args = dict(args)
+    missing_args["command"] = ["/nonexistent/replace-instance", "{node}"]
+    missing = node_replace(None, **missing_args)
     assert missing["failed"] and "command[0]: '/nonexistent/replace-instance' is not an executable" in missing["msg"]
     assert out.read_text() == "gpu-a-003:r-42:{other} gpu-a-003\n"
 
@@ -525,7 +528,9 @@ def test_clusterapi_no_new_node_times_out_clearly_and_a_rerun_resumes(lab, capi)
     # The provider catches up; the rerun waits on the record instead of failing for a missing Machine.
     capi.machine("gpu-md-1-new", deployment)
     capi.node_for("gpu-md-1-new", "capi-late")
-    resumed = node_replace(lab, **dict(args, wait_timeout=30))
+    resumed_args = dict(args)
+    resumed_args["wait_timeout"] = 30
+    resumed = node_replace(lab, **resumed_args)
     assert resumed["changed"] and resumed["replacement"] == "capi-late", resumed["_output"][-3000:]
     assert not any(action.startswith("delete Machine") for action in resumed["actions"])
 

@@ -221,8 +221,13 @@ def test_duplicate_alerts_for_a_node_start_no_second_run(eda):
     other = "gpu-a-099"
     post_alerts([dict(as_notified(alert), labels=dict(alert["labels"], node=other), fingerprint="fedcba9876543210")])
     wait_for(lambda: eda.runs(other, "alertmanager"), 30, what="the run for %s" % other)
+    # Another alert about the node is not a duplicate (a fatal fault after a degraded one must not
+    # be dropped): it runs once, after the first run, under the node's lock.
+    runs = wait_for(lambda: [r for r in eda.runs(ALERT_NODE, "alertmanager")
+                             if r["remediation_trigger"]["alert"] == "GpuRowRemapFailure"], 30,
+                    what="the run for the second alert about %s" % ALERT_NODE)
     time.sleep(5)
-    assert len(eda.runs(ALERT_NODE, "alertmanager")) == 1, eda.runs(ALERT_NODE, "alertmanager")
+    assert len(runs) == 1 and len(eda.runs(ALERT_NODE, "alertmanager")) == 2, eda.runs(ALERT_NODE, "alertmanager")
     assert not eda.runs("gpu-a-004", "alertmanager")
     AgentProbe(eda.lab, ALERT_NODE).reset()
 
@@ -256,8 +261,12 @@ def test_a_node_condition_turning_unhealthy_runs_the_playbook_once_per_transitio
     time.sleep(2)
     again = time.time()
     patch_condition(lab, CONDITION_NODE, "False", "Xid79", message, transition=again, heartbeat=again)
-    runs = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(eda.runs(CONDITION_NODE, "node_condition")), 60,
-                    what="a second run after a second transition")
+
+    def two_runs():
+        runs = eda.runs(CONDITION_NODE, "node_condition")
+        return runs if len(runs) == 2 else None
+
+    runs = wait_for(two_runs, 60, what="a second run after a second transition")
     assert runs[1]["remediation_trigger"]["starts_at"] == rfc3339(again)
     assert "node_condition: listed Nodes" in eda.log()
 

@@ -185,13 +185,13 @@ def test_a_resumed_remediation_keeps_its_slot():
 
 def test_breaker_window_frees_slots():
     policy = breaker.BreakerPolicy(max_percent=100, max_nodes=1, window_s=60)
-    state, _ = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
-    _, decision = breaker.take_slot(state, "n2", "r2", 61.0, 4, policy)
+    state, _decision = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
+    _state, decision = breaker.take_slot(state, "n2", "r2", 61.0, 4, policy)
     assert decision.granted
 
 
 def test_breaker_state_round_trips_through_json():
-    state, _ = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, breaker.BreakerPolicy())
+    state, _decision = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, breaker.BreakerPolicy())
     assert breaker.BreakerState.from_data(json.loads(json.dumps(state.as_data()))) == state
 
 

@@ -311,10 +311,11 @@ def test_an_unknown_node_is_a_typed_error_and_nothing_runs():
 def test_bad_input_names_the_field_and_asks_slurm_nothing(options, field):
     clock = Clock()
     slurm = FakeSlurm([Job("7")], clock)
-    arguments = dict(node=NODE, state="evacuated")
-    arguments.update(options)
+    arguments = dict(options)
+    node = arguments.pop("node", NODE)
+    state = arguments.pop("state", "evacuated")
     with pytest.raises(FieldError) as bad:
-        slurm_jobs(slurm, arguments.pop("node"), arguments.pop("state"), **arguments)
+        slurm_jobs(slurm, node, state, **arguments)
     assert bad.value.field == field
     assert slurm.calls == []
 
