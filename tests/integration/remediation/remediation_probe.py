@@ -176,12 +176,16 @@ class Fleet:
         workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(workdir, 0o777)
         out = workdir / "train.out"
+        # Only the pool with spares (an earlier test may have added one without): --exclude, not -w,
+        # which would pin the requeued job to its node.
+        others = [n for n in self.slurm_states() if not n.startswith(POOL + "-")]
         job = self.lab.slurm(
             "sbatch",
             "--parsable",
             "--requeue",
             "--open-mode=append",
             "--gres=gpu:1",
+            *(["--exclude=%s" % ",".join(others)] if others else []),
             "--output=%s" % out,
             str(self.lab.lab_dir / "bin" / "train_sim"),
             "--checkpoint-dir",
