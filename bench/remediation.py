@@ -235,6 +235,7 @@ class Bench:
         resumed = time.time()
         self.slurm("scancel", job)
         audit = self.lab.lab_dir / "remediation" / "audit.jsonl"
+
         def records():
             lines = audit.read_text().splitlines() if audit.exists() else []
             found = [json.loads(line) for line in lines]
