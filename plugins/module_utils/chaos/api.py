@@ -1,0 +1,424 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The calls the chaos modules make: each module's ``main`` is argument parsing plus one of these.
+
+A drill's order (roles/chaos_drill): gate -> steady -> inject (+ the expiry watchdog) -> observe ->
+rollback (always) -> verify -> report. The ledger is written before each injection and after each
+rollback, so ``playbooks/chaos-stop.yml`` or the watchdog can finish what a killed controller left.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import socket
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments, gate, ledger, observe
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn, checkpoint, gpu_fault
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+
+FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint}
+POOL_LABEL = "gpufleet.io/pool"
+
+
+class DrillRefused(GpufleetError):
+    def __init__(self, refusals: List[Dict[str, str]]) -> None:
+        super().__init__("drill refused, nothing was injected: " + "; ".join(
+            "%s: %s" % (r["field"], r["why"]) for r in refusals))
+        self.field = refusals[0]["field"]
+        self.refusals = refusals
+
+
+# -- clients -----------------------------------------------------------------------------------
+def _kube(params: Mapping[str, Any]) -> Any:
+    if params.get("kubeconfig") is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None  # bare metal: no Kubernetes, the inventory opts nodes in
+    return core_v1(params.get("kubeconfig"), params.get("context"))
+
+
+def _slurm(params: Mapping[str, Any]) -> Optional[SlurmClient]:
+    if not params.get("slurm_conf") and not params.get("slurm"):
+        return None
+    return SlurmClient(SlurmRunner(slurm_conf=params.get("slurm_conf"), bin_dir=params.get("slurm_bin_dir")))
+
+
+def ledger_store(params: Mapping[str, Any], kube: Any = None) -> Any:
+    if params.get("ledger_file"):
+        return ledger.FileStore(params["ledger_file"])
+    kube = kube if kube is not None else _kube(params)
+    if kube is None:
+        raise FieldError("ledger_file", "without Kubernetes the chaos ledger needs a state file on the control host")
+    return ConfigMapStore(kube, params.get("namespace") or "gpufleet-system", ledger.LEDGER_NAME)
+
+
+def _read(store: Any) -> ledger.Data:
+    data, _version = store.read()
+    return data
+
+
+def _holder() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return "%s@%s pid %d" % (user, socket.gethostname(), os.getpid())
+
+
+def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
+    return {"lab_dir": params.get("lab_dir"), "slurm_conf": params.get("slurm_conf"), "check_mode": check_mode,
+            "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
+            "namespace": params.get("chaos_namespace") or "gpufleet-chaos"}
+
+
+# -- targets -----------------------------------------------------------------------------------
+def resolve_targets(kube: Any, target: Any, allowed_nodes: List[str]) -> List[Dict[str, Any]]:
+    """A node name, a comma list, or a label selector (``key=value``) -> [{"name", "labels", "pool"}]."""
+    text = ",".join(target) if isinstance(target, list) else str(target or "").strip()
+    if not text:
+        raise FieldError("target", "name a node, a comma-separated list, or a label selector such as "
+                                   "gpufleet.io/pool=gpu-a")
+    if kube is None:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        if "=" in text:
+            raise FieldError("target", "a label selector needs Kubernetes; list the nodes by name")
+        return [{"name": n, "labels": {}, "pool": ""} for n in names]
+    if "=" in text:
+        listed = kube.list_node(label_selector=text).items
+    else:
+        wanted = [n.strip() for n in text.split(",") if n.strip()]
+        listed = [n for n in kube.list_node().items if n.metadata.name in wanted]
+        missing = sorted(set(wanted) - {n.metadata.name for n in listed})
+        if missing:
+            raise FieldError("target", "no such node: %s" % ", ".join(missing))
+    return [{"name": n.metadata.name, "labels": dict(n.metadata.labels or {}),
+             "pool": (n.metadata.labels or {}).get(POOL_LABEL, "")} for n in listed]
+
+
+def _pool_sizes(kube: Any) -> Dict[str, int]:
+    sizes: Dict[str, int] = {}
+    if kube is None:
+        return sizes
+    for node in kube.list_node(label_selector=POOL_LABEL).items:
+        pool = node.metadata.labels[POOL_LABEL]
+        sizes[pool] = sizes.get(pool, 0) + 1
+    return sizes
+
+
+def _spec(drill: Mapping[str, Any], node: str, fault_id: str, lab_dir: Optional[str]) -> Dict[str, Any]:
+    return {"experiment": drill["experiment"], "node": node, "backend": drill.get("backend") or "default",
+            "params": dict(drill.get("params") or {}), "fault_id": fault_id, "lab_dir": lab_dir}
+
+
+# -- the gate ----------------------------------------------------------------------------------
+def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    now = time.time() if now is None else now
+    experiment = experiments.get(params.get("experiment"))
+    merged = dict(experiment.params)
+    merged.update(params.get("params") or {})
+    rails = gate.Rails.from_dict(params.get("blast_radius"), params.get("max_duration"))
+    deadlines = experiments.deadlines(params.get("deadlines"))
+    kube = _kube(params)
+    allowed = list(params.get("allowed_nodes") or [])
+    targets = resolve_targets(kube, params.get("target"), allowed)
+    store = ledger_store(params, kube)
+    data = _read(store)
+    refusals = gate.refusals(targets, _pool_sizes(kube), rails, params.get("duration"), allowed,
+                             ledger.kill_switch(data), ledger.active_on(data, [t["name"] for t in targets]))
+    if refusals:
+        raise DrillRefused(refusals)
+    drill_id = "d-%s-%s" % (time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)), secrets.token_hex(2))
+    family = FAMILIES[experiment.family]
+    plans = []
+    for node in targets:
+        spec = _spec({"experiment": experiment.name, "params": merged, "backend": params.get("backend")},
+                     node["name"], "f-%s-%s" % (drill_id[2:], node["name"]), params.get("lab_dir"))
+        plans.append(dict(family.plan(spec), node=node["name"]))
+    # Parameters the plan resolved (e.g. gpu_xid's catalog severity) decide the loop's expectations.
+    resolved = dict(merged)
+    for item in plans:
+        resolved.update(item.get("params") or {})
+    simulated = list(experiment.simulated) if params.get("lab_dir") else []
+    for item in plans:
+        simulated += [s for s in item.get("simulated") or [] if s not in simulated]
+    missing = sorted({m for item in plans for m in item.get("missing") or []})
+    drill = {
+        "id": drill_id, "experiment": experiment.name, "family": experiment.family, "summary": experiment.summary,
+        "params": resolved, "backend": params.get("backend") or "default",
+        "targets": [t["name"] for t in targets], "dry_run": bool(check_mode), "lab": bool(params.get("lab_dir")),
+        "simulated": simulated, "missing": missing, "started_at": now, "duration": float(params["duration"]),
+        "expires_at": now + float(params["duration"]), "holder": _holder(),
+        "expectations": experiments.loop_expectations(experiment, resolved), "deadlines": deadlines,
+    }
+    if missing and not check_mode:
+        raise DrillRefused([{"field": "experiment", "why": "this site lacks what %s needs: %s"
+                             % (experiment.name, "; ".join(missing))}])
+    if not check_mode:
+        store.update(lambda d: (ledger.add_drill(d, {k: drill[k] for k in (
+            "id", "experiment", "targets", "started_at", "expires_at", "holder")}), None))
+    phase = {"phase": "gate", "started_at": now, "finished_at": time.time(), "ok": True,
+             "detail": {"targets": drill["targets"], "plan": plans}}
+    return {"changed": not check_mode, "drill": drill, "plan": plans, "phase": phase}
+
+
+# -- steady state, baseline, verify --------------------------------------------------------------
+def _condition(node: Any, kind: str) -> Optional[str]:
+    return next((c.status for c in node.status.conditions or [] if c.type == kind), None) if node.status else None
+
+
+def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: bool) -> List[Dict[str, Any]]:
+    kube, slurm = _kube(params), _slurm(params)
+    checks: List[Dict[str, Any]] = []
+    targets = list(drill.get("targets") or [])
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append({"check": name, "ok": bool(ok), "detail": detail})
+
+    limit = float(params.get("max_not_ready_percent", 10.0))
+    if kube is not None:
+        nodes = {n.metadata.name: n for n in kube.list_node(label_selector=POOL_LABEL).items}
+        pools = {(nodes[t].metadata.labels or {}).get(POOL_LABEL) for t in targets if t in nodes}
+        for pool in sorted(p for p in pools if p):
+            members = [n for n in nodes.values() if n.metadata.labels.get(POOL_LABEL) == pool]
+            bad = [n.metadata.name for n in members if _condition(n, "Ready") != "True"]
+            percent = 100.0 * len(bad) / max(1, len(members))
+            check("not_ready:%s" % pool, percent <= limit, "%d of %d nodes NotReady (%.0f%%, limit %.0f%%)%s" % (
+                len(bad), len(members), percent, limit, ": " + ", ".join(bad) if bad else ""))
+        tripped = observe.breaker_tripped(kube, params.get("namespace") or "gpufleet-system")
+        check("breaker", not tripped, "the remediation circuit breaker is %s" % ("OPEN" if tripped else "closed"))
+        for target in targets:
+            node = nodes.get(target)
+            if node is None:
+                gone_ok = verify and drill.get("expectations", {}).get("fences")
+                check("target:%s" % target, bool(gone_ok), "replaced by the remediation" if gone_ok else "not found")
+                continue
+            gpu = _condition(node, "GpuHealthy")
+            cordoned = bool(node.spec.unschedulable)
+            check("target:%s" % target, gpu in ("True", None) and not cordoned,
+                  "GpuHealthy=%s, %s" % (gpu, "cordoned" if cordoned else "schedulable"))
+    if slurm is not None:
+        found = slurm.nodes(with_jobs=False)
+        for target in targets:
+            if target not in found:
+                continue  # replaced: the Kubernetes check above judges it
+            states = (found[target].state,) + tuple(found[target].flags)
+            fenced = any(s in observe.FENCED_STATES for s in states)
+            check("slurm:%s" % target, not fenced, "+".join(states) + (" (%s)" % found[target].reason
+                                                                         if found[target].reason else ""))
+        job_id = params.get("protected_job")
+        if job_id:
+            check_job_ids([job_id], "protected_job")
+            job = next((j for j in slurm.jobs() if j.job_id == str(job_id)), None)
+            check("protected_job", job is not None and job.state == "RUNNING",
+                  "job %s is %s" % (job_id, job.state if job else "not in the queue"))
+    store = ledger_store(params, kube)
+    others = [e for e in ledger.active_on(_read(store), targets)
+              if e.get("id") != drill.get("id") and e.get("drill") != drill.get("id")]
+    check("no_other_drill", not others, ", ".join(e["id"] for e in others) or "none")
+    return checks
+
+
+def baseline(params: Mapping[str, Any], drill: Mapping[str, Any]) -> Dict[str, Any]:
+    kube = _kube(params)
+    found: Dict[str, Any] = {"detection": {}, "alerts": {}, "breaker_tripped": False}
+    detection = (drill.get("expectations") or {}).get("detection")
+    for node in drill.get("targets") or []:
+        if detection and params.get("prometheus_url"):
+            found["detection"][node] = observe.detection_value(params["prometheus_url"], detection, node,
+                                                               drill.get("params") or {})
+        if params.get("alertmanager_url"):
+            found["alerts"][node] = observe.firing_alerts(params["alertmanager_url"], node)
+    if kube is not None:
+        found["breaker_tripped"] = observe.breaker_tripped(kube, params.get("namespace") or "gpufleet-system")
+    return found
+
+
+def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
+                sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    started = time.time() if now is None else now
+    drill = params["drill"]
+    verify = params.get("mode") == "verify"
+    deadline = started + float(params.get("timeout") or 0)
+    while True:
+        checks = steady_checks(params, drill, verify)
+        ok = all(c["ok"] for c in checks)
+        if ok or time.time() >= deadline:
+            break
+        sleep(1.0)
+    failed = [c for c in checks if not c["ok"]]
+    result = {"changed": False, "ok": ok, "checks": checks}
+    detail: Dict[str, Any] = {"checks": checks}
+    if not ok and not verify:
+        detail["abort_reason"] = "steady-state check failed: " + "; ".join(
+            "%s: %s" % (c["check"], c["detail"]) for c in failed)
+    if ok and not verify:
+        result["baseline"] = baseline(params, drill)
+        detail["baseline"] = result["baseline"]
+    if not ok and verify:
+        detail["error"] = "not back to steady state: " + "; ".join("%s: %s" % (c["check"], c["detail"]) for c in failed)
+    result["phase"] = {"phase": "verify" if verify else "steady", "started_at": started, "finished_at": time.time(),
+                       "ok": ok, "detail": detail}
+    return result
+
+
+# -- inject and roll back ------------------------------------------------------------------------
+def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+    drill = params["drill"]
+    started = time.time() if now is None else now
+    store = ledger_store(params)
+    ctx = _ctx(params, check_mode)
+    family = FAMILIES[drill["family"]]
+    injected = []
+    if ledger.kill_switch(_read(store)).get("on"):
+        raise DrillRefused([{"field": "kill_switch", "why": "the chaos kill switch went on; nothing injected"}])
+    for node in drill["targets"]:
+        fault_id = "f-%s-%s" % (drill["id"][2:], node)
+        spec = _spec(drill, node, fault_id, params.get("lab_dir"))
+        if check_mode:
+            injected.append({"id": fault_id, "node": node, "plan": family.plan(spec)})
+            continue
+        at = time.time()
+        entry = {"id": fault_id, "drill": drill["id"], "experiment": drill["experiment"], "family": drill["family"],
+                 "node": node, "backend": drill.get("backend") or "default", "spec": spec,
+                 "expires_at": at + float(params.get("duration") or drill["duration"]), "holder": _holder()}
+        store.update(lambda d, e=entry: (ledger.add_fault(d, e), None))
+        undo = family.inject(spec, ctx)
+        store.update(lambda d, i=fault_id, u=undo, t=at: (ledger.activate(d, i, u, t), None))
+        injected.append({"id": fault_id, "node": node, "injected_at": at, "expires_at": entry["expires_at"],
+                         "undo": undo})
+    injected_at = min([f["injected_at"] for f in injected if "injected_at" in f] or [started])
+    phase = {"phase": "inject", "started_at": started, "finished_at": time.time(), "ok": True,
+             "detail": {"faults": [{k: f.get(k) for k in ("id", "node", "injected_at", "expires_at")} for f in injected]}}
+    return {"changed": not check_mode, "faults": injected, "injected_at": injected_at, "phase": phase}
+
+
+def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: Mapping[str, Any], how: str) -> List[Dict[str, Any]]:
+    """Revert each ledger entry; a failure is kept in the ledger (rollback_failed) and reported."""
+    results = []
+    for entry in entries:
+        family = FAMILIES.get(entry.get("family") or "")
+        undo = dict(entry.get("spec") or {})
+        undo.update(entry.get("undo") or {})
+        try:
+            if family is None:
+                raise GpufleetError("unknown family %r" % entry.get("family"))
+            done = family.revert(undo, ctx) if not ctx.get("check_mode") else {"reverted": ["(check mode)"]}
+        except Exception as exc:  # one fault's failure must not stop the others' rollback
+            if not ctx.get("check_mode"):
+                store.update(lambda d, i=entry["id"], e=str(exc): (ledger.record_attempt(d, i, e, time.time()), None))
+            results.append({"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
+                            "injected_at": entry.get("injected_at"), "rolled_back_at": None, "rollback": "failed",
+                            "error": str(exc), "actions": []})
+            continue
+        at = time.time()
+        if not ctx.get("check_mode"):
+            store.update(lambda d, i=entry["id"], r=done.get("reverted"), t=at: (ledger.finish(d, i, how, t, r), None))
+        results.append({"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
+                        "injected_at": entry.get("injected_at"), "rolled_back_at": at, "rollback": "done",
+                        "actions": list(done.get("reverted") or [])})
+    return results
+
+
+def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
+    started = time.time()
+    store = ledger_store(params)
+    data = _read(store)
+    drill_id = (params.get("drill") or {}).get("id") or params.get("drill_id")
+    entries = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
+    results = rollback_entries(store, entries, _ctx(params, check_mode), params.get("how") or "drill")
+    # Faults of this drill that something else (the watchdog) already rolled back.
+    for done in ledger.history(_read(store)):
+        if drill_id and done.get("drill") == drill_id and done["id"] not in {r["id"] for r in results}:
+            results.append({"id": done["id"], "node": done.get("node"), "backend": done.get("backend"),
+                            "injected_at": done.get("injected_at"), "rolled_back_at": done.get("rolled_back_at"),
+                            "rollback": "done", "actions": done.get("reverted") or [],
+                            "by": done.get("rolled_back_by")})
+    ok = all(r["rollback"] == "done" for r in results)
+    phase = {"phase": "rollback", "started_at": started, "finished_at": time.time(), "ok": ok,
+             "detail": {"faults": results, **({} if ok else {"error": "; ".join(
+                 "%s: %s" % (r["id"], r.get("error")) for r in results if r["rollback"] != "done")})}}
+    return {"changed": bool(entries) and not check_mode, "faults": results, "ok": ok, "phase": phase}
+
+
+# -- the ledger: kill switch, expiry watchdog, end of a drill ------------------------------------
+def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None,
+                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    state = params.get("state") or "read"
+    store = ledger_store(params)
+    ctx = _ctx(params, check_mode)
+    result: Dict[str, Any] = {"changed": False}
+    if state == "stopped":
+        if not check_mode:
+            store.update(lambda d: (ledger.set_kill_switch(d, True, _holder(), params.get("reason") or "", time.time()),
+                                    None))
+        entries = list(ledger.faults(_read(store)).values())
+        result["rolled_back"] = rollback_entries(store, entries, ctx, "kill_switch")
+        result["changed"] = not check_mode
+    elif state == "cleared":
+        before = ledger.kill_switch(_read(store))
+        if before.get("on") and not check_mode:
+            store.update(lambda d: (ledger.set_kill_switch(d, False, _holder(), params.get("reason") or "",
+                                                           time.time()), None))
+        result["changed"] = bool(before.get("on")) and not check_mode
+    elif state == "expired":
+        result["rolled_back"] = watch_expiry(store, ctx, params.get("drill_id"), bool(params.get("wait")), sleep)
+        result["changed"] = bool(result["rolled_back"]) and not check_mode
+    elif state == "finished":
+        drill_id = params.get("drill_id")
+        if not drill_id:
+            raise FieldError("drill_id", "state=finished needs the drill's id")
+        if drill_id in ledger.drills(_read(store)) and not check_mode:
+            store.update(lambda d: (ledger.remove_drill(d, drill_id), None))
+            result["changed"] = True
+    data = _read(store)
+    result.update(kill_switch=ledger.kill_switch(data), faults=list(ledger.faults(data).values()),
+                  drills=list(ledger.drills(data).values()), completeness=ledger.completeness(data))
+    return result
+
+
+def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wait: bool,
+                 sleep: Callable[[float], None]) -> List[Dict[str, Any]]:
+    """Roll back the faults whose duration is over. With ``wait``, keep watching until the drill's
+    faults are all gone: this runs as an async task that outlives a killed ansible-playbook."""
+    rolled: List[Dict[str, Any]] = []
+    while True:
+        data = _read(store)
+        now = time.time()
+        rolled += rollback_entries(store, ledger.expired(data, now, drill_id), ctx, "expiry")
+        left = [f for f in ledger.faults(_read(store)).values() if drill_id is None or f.get("drill") == drill_id]
+        if not wait or not left:
+            return rolled
+        next_expiry = min(f.get("expires_at", now) for f in left)
+        sleep(min(5.0, max(0.5, next_expiry - time.time())))
+
+
+def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
+    started = time.time()
+    drill = params["drill"]
+    kube = _kube(params)
+    probes = observe.Probes(params.get("prometheus_url"), params.get("alertmanager_url"), kube, _slurm(params),
+                            params.get("namespace") or "gpufleet-system", _read_text)
+    request = {"nodes": drill["targets"], "expectations": drill["expectations"], "deadlines": drill["deadlines"],
+               "params": drill.get("params") or {}, "baseline": params.get("baseline") or {},
+               "injected_at": params["injected_at"], "protected_job": params.get("protected_job"),
+               "protected_output": params.get("protected_output"), "experiment": drill["experiment"],
+               "poll_s": params.get("poll_interval") or 1.0}
+    seen = observe.observe(request, probes)
+    seen["phase"] = {"phase": "observe", "started_at": started, "finished_at": time.time(),
+                     "ok": not seen["aborted"], "detail": {"abort_reason": seen["aborted"]} if seen["aborted"] else {}}
+    seen["changed"] = False
+    return seen
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""

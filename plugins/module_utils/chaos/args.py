@@ -1,0 +1,33 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The argument spec every chaos module shares (doc fragment gpufleet.resilience.chaos), and the
+one way they report an error: fail_json naming the bad field, nothing done."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+
+
+def common_argspec(**extra: Any) -> Dict[str, Any]:
+    spec = dict(
+        kubeconfig=dict(type="path"),
+        context=dict(type="str"),
+        namespace=dict(type="str", default="gpufleet-system"),
+        ledger_file=dict(type="path"),
+        lab_dir=dict(type="path"),
+        slurm_conf=dict(type="path"),
+        slurm_bin_dir=dict(type="path"),
+    )
+    spec.update(extra)
+    return spec
+
+
+def run_module(module: Any, call: Callable[[], Dict[str, Any]]) -> None:
+    try:
+        result = call()
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), field=getattr(exc, "field", None),
+                         refusals=getattr(exc, "refusals", None))
+    module.exit_json(**result)

@@ -1,0 +1,896 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The burn family: a GPU burn (gpu-burn, or ``dcgmi diag -r 3``) as a noisy neighbour beside the
+protected job. One experiment, ``gpu_burn``, three ways to run it (``params.via``):
+
+* ``slurm`` - ``sbatch --parsable -w <node> --gres=gpu:<n> --time=<min> --wrap '<burn>'``; the undo
+  is the job id, the rollback ``scancel``. Slurm chooses which of the node's GPUs the job gets;
+  the GPU indices only give the count.
+* ``kubernetes`` - a Pod pinned with ``spec.nodeName`` (the scheduler, and so a cordon, is
+  bypassed), ``nvidia.com/gpu`` limits, ``activeDeadlineSeconds`` as its own time limit; the
+  rollback deletes it.
+* ``lab`` - the lab's GPUs are simulated, so the burn's effect is written into their fake NVML
+  state: utilization, temperature, power, memory use, and the SW power-cap throttle reason that
+  stands for the clocks coming down (the fake NVML has no clock field). The previous values are
+  saved and restored exactly. With ``neighbour_job`` a real Slurm job (``sleep``) also holds GPUs
+  on the node, so Slurm sees the neighbour too.
+
+Every way has a time limit of its own (Slurm ``--time``, the Pod's deadline, the drill's rollback),
+so a burn ends even when nobody comes back. Rollback works from the spec alone after a crash
+mid-inject: the job and Pod names derive from the fault id, and the lab writes its saved values to
+a journal file *before* it changes a GPU.
+
+gpu-burn exits 0 even when a GPU is FAULTY (DESIGN section 5): ``parse_gpu_burn`` reads its
+``GPU i: OK|FAULTY`` result lines, and a run without them is ``unknown``, never OK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    ApiException,
+    TransportError,
+    api_failure,
+    core_v1,
+    unreachable,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import DEFAULT_TAINT_KEY
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
+    SlurmClient,
+    check_job_ids,
+    check_node,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
+    SlurmCommandError,
+    SlurmTimeoutError,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SLURM_COMMANDS, Fmt, SlurmRunner
+
+FAMILY = "burn"
+EXPERIMENT = "gpu_burn"
+EXPERIMENTS = (EXPERIMENT,)
+VIAS = ("slurm", "kubernetes", "lab")
+TOOLS = ("gpu_burn", "dcgm_diag")
+PARAMS = ("seconds", "gpus", "via", "tool", "memory_percent", "tensor_cores", "neighbour_job", "namespace", "image",
+          "output")
+MAX_SECONDS = 86400
+# gpu-burn spends a while allocating memory before the timed burn starts; the scheduler's limit
+# (Slurm --time, the Pod's activeDeadlineSeconds) is the burn plus this, so it ends a hung burn,
+# not a normal one.
+START_MARGIN_S = 60
+DEFAULT_MEMORY_PERCENT = 90
+DEFAULT_NAMESPACE = "gpufleet-chaos"
+NAME_PREFIX = "gpufleet-chaos-burn-"
+FAULT_LABEL = "gpufleet.io/chaos-fault"
+EXPERIMENT_LABEL = "gpufleet.io/chaos-experiment"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpufleet.resilience"}
+GPU_RESOURCE = "nvidia.com/gpu"
+# GPU nodes often carry the device plugin's nvidia.com/gpu taint, and a drill may run on a node
+# the remediation has just quarantined: the burn tolerates both (NoExecute included, so it is not
+# evicted halfway).
+TOLERATIONS = ({"key": DEFAULT_TAINT_KEY, "operator": "Exists"}, {"key": GPU_RESOURCE, "operator": "Exists"})
+# A short grace: the rollback should end the burn now, and gpu-burn has nothing to save.
+POD_GRACE_S = 5
+
+# What a full-power burn looks like on an H100/H200-class GPU, written into the fake NVML state.
+SW_POWER_CAP = experiments.SW_POWER_CAP  # nvmlClocksEventReasonSwPowerCap
+LAB_BURN = {"utilization_gpu": 100, "utilization_memory": 60, "temperature": 83, "power_mw": 690000}
+SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_mw", "memory_used", "throttle_reasons")
+
+_FAULT_ID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+_IMAGE = re.compile(r"^[^\s]+$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+# What scancel says about a job that has ended (still known to slurmctld, or already purged).
+_JOB_GONE = re.compile(r"already completing or completed|Invalid job id specified", re.I)
+
+# sbatch is not one of the Slurm client's commands; the burn declares its options here and runs
+# sbatch through the same runner (argv, LC_ALL=C, SLURM_CONF, timeout, typed errors, check mode).
+SBATCH_OPTIONS = ("parsable", "nodelist", "gres", "time", "job_name", "output", "wrap")
+COMMANDS: Dict[str, Dict[str, Any]] = dict(SLURM_COMMANDS)
+COMMANDS["sbatch"] = {
+    "parsable": Fmt.flag("--parsable"),
+    # The node name is checked (check_node) before it gets here, so it can never read as an option.
+    "nodelist": lambda value: [] if value is None else ["-w", str(value)],
+    "gres": Fmt.opt_eq("--gres"),
+    "time": Fmt.opt_eq("--time"),
+    "job_name": Fmt.opt_eq("--job-name"),
+    "output": Fmt.opt_eq("--output"),
+    # One argv word: sbatch wraps the string in a small sh script itself (man sbatch, --wrap).
+    "wrap": lambda value: [] if value is None else ["--wrap", str(value)],
+}
+
+
+@dataclass(frozen=True)
+class Burn:
+    """A checked gpu_burn spec."""
+
+    node: str
+    fault_id: str
+    seconds: int
+    gpus: Optional[Tuple[int, ...]]  # None: every GPU of the node
+    via: str
+    tool: str
+    memory_percent: int
+    tensor_cores: bool
+    neighbour_job: bool
+    namespace: str
+    image: Optional[str]
+    output: str
+
+    @property
+    def job_name(self) -> str:
+        return NAME_PREFIX + self.fault_id
+
+    @property
+    def pod_name(self) -> str:
+        return pod_name(self.fault_id)
+
+    @property
+    def minutes(self) -> int:
+        """Slurm's --time: whole minutes, the burn and its start-up margin."""
+        return math.ceil((self.seconds + START_MARGIN_S) / 60.0)
+
+    def as_params(self) -> Dict[str, Any]:
+        return {"seconds": self.seconds, "gpus": "all" if self.gpus is None else list(self.gpus), "via": self.via,
+                "tool": self.tool, "memory_percent": self.memory_percent, "tensor_cores": self.tensor_cores,
+                "neighbour_job": self.neighbour_job, "namespace": self.namespace, "image": self.image,
+                "output": self.output}
+
+
+# -- checking the spec ---------------------------------------------------------------------------
+def check_spec(spec: Mapping[str, Any], lab: Optional[bool] = None, namespace: Optional[str] = None) -> Burn:
+    """The spec as a Burn; FieldError (``params.<name>``, ``target``, ``fault_id``) on bad input.
+
+    ``lab``: whether this runs in the lab (ctx lab_dir); it picks the default ``via`` when neither
+    params.via nor the spec's backend names one. None: the spec's own ``lab_dir``, if any.
+    ``namespace``: the Pod's namespace when params has none (ctx namespace, the drill's chaos namespace).
+    """
+    if not isinstance(spec, Mapping):
+        raise FieldError("spec", "must be a mapping, got %r" % (spec,))
+    if spec.get("experiment", EXPERIMENT) != EXPERIMENT:
+        raise FieldError("experiment", "the burn family runs %s, not %r" % (EXPERIMENT, spec.get("experiment")))
+    node = check_node(spec.get("node"), "target")
+    fault_id = spec.get("fault_id")
+    if not isinstance(fault_id, str) or not _FAULT_ID.match(fault_id):
+        # It becomes a Slurm job name, a Pod name and a label value: 63 characters of [A-Za-z0-9._-].
+        raise FieldError("fault_id", "must be 1-63 letters, digits, '.', '_' or '-', starting and ending with a "
+                         "letter or digit, not %r" % (fault_id,))
+    given = spec.get("params") or {}
+    if not isinstance(given, Mapping):
+        raise FieldError("params", "must be a mapping, got %r" % (given,))
+    unknown = sorted(str(name) for name in given if name not in PARAMS)
+    if unknown:
+        raise FieldError("params.%s" % unknown[0], "unknown parameter of %s; parameters: %s"
+                         % (EXPERIMENT, ", ".join(PARAMS)))
+    # The registry's defaults, except via: its default depends on lab or site, below.
+    params = {k: v for k, v in experiments.get(EXPERIMENT).params.items() if k != "via"}
+    params.update(given)
+    if lab is None:
+        lab = bool(spec.get("lab_dir"))
+    via = _via(given.get("via"), spec.get("backend"), lab)
+    tool = params.get("tool", "gpu_burn")
+    if tool not in TOOLS:
+        raise FieldError("params.tool", "must be one of %s, not %r" % (", ".join(TOOLS), tool))
+    if tool != "gpu_burn":
+        for name in ("memory_percent", "tensor_cores"):
+            if name in given:
+                raise FieldError("params.%s" % name, "is a gpu_burn option (-m, -tc); tool %s has none" % tool)
+    neighbour = _bool(params, "neighbour_job", False)
+    if neighbour and via != "lab":
+        raise FieldError("params.neighbour_job", "is for via lab, whose burn is simulated; via %s runs a real "
+                         "burn job already" % via)
+    for name in ("namespace", "image"):
+        if name in given and via != "kubernetes":
+            raise FieldError("params.%s" % name, "is for via kubernetes only")
+    namespace = params.get("namespace", namespace or DEFAULT_NAMESPACE)
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise FieldError("params.namespace", "must be a Kubernetes namespace name, not %r" % (namespace,))
+    image = params.get("image")
+    if via == "kubernetes" and (not isinstance(image, str) or not _IMAGE.match(image)):
+        # No default image: the burn runs whatever the image's gpu_burn or dcgmi is, so the site picks it.
+        raise FieldError("params.image", "is required with via kubernetes: an image that has %s on its PATH"
+                         % ("gpu_burn" if tool == "gpu_burn" else "dcgmi"))
+    output = params.get("output", "/tmp/%s%s.out" % (NAME_PREFIX, fault_id))
+    if "output" in given and via != "slurm":
+        raise FieldError("params.output", "is for via slurm only (the burn job's --output file)")
+    if not isinstance(output, str) or not output.startswith("/") or "\n" in output:
+        raise FieldError("params.output", "must be an absolute path on the node, not %r" % (output,))
+    return Burn(
+        node=node,
+        fault_id=fault_id,
+        seconds=_int(params, "seconds", 1, MAX_SECONDS, None),
+        gpus=_gpus(params.get("gpus", "all")),
+        via=via,
+        tool=tool,
+        memory_percent=_int(params, "memory_percent", 1, 100, DEFAULT_MEMORY_PERCENT),
+        tensor_cores=_bool(params, "tensor_cores", False),
+        neighbour_job=neighbour,
+        namespace=namespace,
+        image=image if via == "kubernetes" else None,
+        output=output,
+    )
+
+
+def _via(given: Any, backend: Any, lab: bool) -> str:
+    if given is not None:
+        if given not in VIAS:
+            raise FieldError("params.via", "must be one of %s, not %r" % (", ".join(VIAS), given))
+        return str(given)
+    if backend in VIAS:
+        return str(backend)
+    if backend not in (None, "", "default"):
+        raise FieldError("backend", "the burn family runs via %s, not %r" % (", ".join(VIAS), backend))
+    experiment = experiments.get(EXPERIMENT)
+    defaults = experiment.lab_backends if lab else experiment.site_backends
+    return defaults[0] if defaults and defaults[0] in VIAS else ("lab" if lab else "slurm")
+
+
+def _int(params: Mapping[str, Any], name: str, low: int, high: int, default: Optional[int]) -> int:
+    value = params.get(name, default)
+    if value is None:
+        raise FieldError("params.%s" % name, "is required: an integer from %d to %d" % (low, high))
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise FieldError("params.%s" % name, "must be an integer from %d to %d, got %r" % (low, high, value))
+    return value
+
+
+def _bool(params: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = params.get(name, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise FieldError("params.%s" % name, "must be true or false, got %r" % (value,))
+
+
+def _gpus(value: Any) -> Optional[Tuple[int, ...]]:
+    if value is None or value == "all":
+        return None
+    if isinstance(value, (str, int)):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise FieldError("params.gpus", "must be 'all' or a non-empty list of GPU indices, got %r" % (value,))
+    indices: List[int] = []
+    for item in value:
+        if isinstance(item, str) and item.strip().isdigit():
+            item = int(item)
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 1023:
+            raise FieldError("params.gpus", "must be 'all' or GPU indices (0, 1, ...), got %r" % (item,))
+        if item in indices:
+            raise FieldError("params.gpus", "lists GPU %d twice" % item)
+        indices.append(item)
+    return tuple(sorted(indices))
+
+
+def pod_name(fault_id: str) -> str:
+    """A DNS-1123 name from the fault id (lower case; '.' and '_' become '-')."""
+    name = re.sub(r"[^a-z0-9-]", "-", (NAME_PREFIX + fault_id).lower())[:63]
+    return name.rstrip("-")
+
+
+# -- the commands and the manifest (pure) ----------------------------------------------------------
+def burn_command(burn: Burn) -> List[str]:
+    """``gpu_burn -d [-tc] -m 90% <seconds>`` (doubles, tensor cores, share of GPU memory), or
+    ``dcgmi diag -r 3`` (DCGM's long suite, normally about 15 minutes)."""
+    if burn.tool == "dcgm_diag":
+        return ["dcgmi", "diag", "-r", "3"]
+    argv = ["gpu_burn", "-d"]
+    if burn.tensor_cores:
+        argv.append("-tc")
+    return [*argv, "-m", "%d%%" % burn.memory_percent, str(burn.seconds)]
+
+
+def sbatch_argv(burn: Burn, gpu_count: Any, wrap: Optional[List[str]] = None, output: Optional[str] = None,
+                bin_dir: Optional[str] = None) -> List[str]:
+    """The sbatch command line of the burn job (``wrap``: another command, the lab's ``sleep``)."""
+    runner = SlurmRunner(bin_dir=bin_dir, commands=COMMANDS)
+    return runner.argv("sbatch", SBATCH_OPTIONS, **_sbatch_values(burn, gpu_count, wrap, output))
+
+
+def _sbatch_values(burn: Burn, gpu_count: Any, wrap: Optional[List[str]], output: Optional[str]) -> Dict[str, Any]:
+    return {"parsable": True, "nodelist": burn.node, "gres": "gpu:%s" % gpu_count, "time": str(burn.minutes),
+            "job_name": burn.job_name, "output": output or burn.output,
+            "wrap": shlex.join(wrap if wrap is not None else burn_command(burn))}
+
+
+def neighbour_wrap(burn: Burn) -> List[str]:
+    return ["sleep", str(burn.seconds)]
+
+
+def pod_manifest(burn: Burn, gpu_count: Any) -> Dict[str, Any]:
+    """The burn Pod, pinned to the node, holding ``gpu_count`` GPUs for the burn's seconds."""
+    labels = dict(MANAGED_BY)
+    labels[FAULT_LABEL] = burn.fault_id
+    labels[EXPERIMENT_LABEL] = EXPERIMENT.replace("_", "-")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": burn.pod_name, "namespace": burn.namespace, "labels": labels},
+        "spec": {
+            "nodeName": burn.node,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": burn.seconds + START_MARGIN_S,
+            "terminationGracePeriodSeconds": POD_GRACE_S,
+            "tolerations": [dict(toleration) for toleration in TOLERATIONS],
+            "containers": [{
+                "name": "burn",
+                "image": burn.image,
+                "command": burn_command(burn),
+                "resources": {"limits": {GPU_RESOURCE: gpu_count}},
+            }],
+        },
+    }
+
+
+def journal_path(state_dir: str, fault_id: str) -> str:
+    """The lab's saved values, beside the fake GPU state (the C library reads only its own files)."""
+    return os.path.join(state_dir, ".chaos-burn-%s.json" % fault_id)
+
+
+def lab_values(saved: Mapping[str, Any], memory_total: int, memory_percent: int) -> Dict[str, Any]:
+    """What one burned GPU shows: LAB_BURN, memory_percent of its memory in use, power-cap slowdown."""
+    values: Dict[str, Any] = dict(LAB_BURN)
+    values["memory_used"] = memory_total * memory_percent // 100
+    values["throttle_reasons"] = int(saved.get("throttle_reasons") or 0) | SW_POWER_CAP
+    return values
+
+
+# -- the family interface --------------------------------------------------------------------------
+def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
+    """What inject would do, exactly; pure (``spec["lab_dir"]``, when given, only names paths)."""
+    burn = check_spec(spec)
+    lab_dir = spec.get("lab_dir")
+    count: Any = len(burn.gpus) if burn.gpus is not None else None
+    actions: List[str] = []
+    simulated: List[str] = []
+    commands: List[List[str]] = []
+    result: Dict[str, Any] = {"actions": actions, "simulated": simulated, "missing": [], "via": burn.via,
+                              "params": burn.as_params(), "commands": commands}
+    if burn.via == "slurm":
+        gres = count if count is not None else "<every GPU of %s, from its Slurm Gres>" % burn.node
+        argv = sbatch_argv(burn, gres)
+        commands.append(argv)
+        actions.append("%s: submit the burn as a Slurm job beside the protected job: %s"
+                       % (burn.node, shlex.join(argv)))
+        if burn.gpus is not None:
+            actions.append("Slurm picks which %d GPU(s) of %s the job gets; the indices %s only give the count"
+                           % (count, burn.node, list(burn.gpus)))
+        actions.append("rollback: scancel <the job id> and any job still named %s (an ended job is fine)"
+                       % burn.job_name)
+    elif burn.via == "kubernetes":
+        gpus = count if count is not None else "<allocatable %s of %s>" % (GPU_RESOURCE, burn.node)
+        manifest = pod_manifest(burn, gpus)
+        result["manifest"] = manifest
+        actions.append("create Pod %s/%s on %s (spec.nodeName: the scheduler and a cordon are bypassed) with %s %s, "
+                       "deadline %ds: %s" % (burn.namespace, burn.pod_name, burn.node, gpus, GPU_RESOURCE,
+                                             burn.seconds + START_MARGIN_S, shlex.join(burn_command(burn))))
+        actions.append("rollback: delete Pod %s/%s (already gone is fine)" % (burn.namespace, burn.pod_name))
+    else:
+        state_dir = os.path.join(lab_dir, "gpus", burn.node) if lab_dir else "<lab>/gpus/%s" % burn.node
+        which = "every simulated GPU" if burn.gpus is None else "simulated GPU(s) %s" % ", ".join(map(str, burn.gpus))
+        actions.append("%s: save utilization, temperature, power, memory use and throttle reasons of %s to %s"
+                       % (burn.node, which, journal_path(state_dir, burn.fault_id)))
+        actions.append("%s: set %s in %s: GPU utilization %d%%, memory utilization %d%%, %d C, %d W, memory used "
+                       "%d%% of total, throttle reason SW power cap (0x%x) added"
+                       % (burn.node, which, state_dir, LAB_BURN["utilization_gpu"], LAB_BURN["utilization_memory"],
+                          LAB_BURN["temperature"], LAB_BURN["power_mw"] // 1000, burn.memory_percent, SW_POWER_CAP))
+        simulated.append("the burn's load: no %s runs in the lab; its effect (utilization, temperature, power, memory "
+                         "use, the power-cap slowdown) is written into the fake NVML state of %s"
+                         % (shlex.join(burn_command(burn)), burn.node))
+        simulated.append("clocks: the fake NVML has no clock field; the SW power-cap throttle reason (0x%x) stands for "
+                         "the clocks coming down" % SW_POWER_CAP)
+        simulated.append("the burn's result: no 'GPU i: OK|FAULTY' lines exist in the lab")
+        if burn.neighbour_job:
+            gres = count if count is not None else "<every simulated GPU of %s>" % burn.node
+            argv = sbatch_argv(burn, gres, wrap=neighbour_wrap(burn), output="/dev/null")
+            commands.append(argv)
+            actions.append("%s: submit a real neighbour job holding the GPUs in Slurm: %s"
+                           % (burn.node, shlex.join(argv)))
+            simulated.append("the neighbour job holds GPUs in Slurm's books only; it sleeps, the load is simulated")
+        actions.append("rollback: restore the saved values exactly%s" % (
+            ", scancel the neighbour job" if burn.neighbour_job else ""))
+    if burn.tool == "dcgm_diag":
+        actions.append("dcgmi diag tests the GPUs of its group (by default every GPU DCGM sees on the node), not only "
+                       "the job's; level 3 normally lasts about 15 minutes, so a shorter seconds ends it early")
+    return result
+
+
+def pending_undo(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    """What revert needs if inject never returns (a crash): the names inject is about to use."""
+    burn = check_spec(spec, lab=bool(ctx.get("lab_dir")), namespace=ctx.get("namespace"))
+    undo: Dict[str, Any] = {"via": burn.via, "node": burn.node, "fault_id": burn.fault_id}
+    if burn.via == "slurm":
+        undo.update(job_id=None, job_name=burn.job_name)
+    elif burn.via == "kubernetes":
+        undo.update(namespace=burn.namespace, pod=burn.pod_name)
+    else:
+        state_dir = os.path.join(str(ctx.get("lab_dir") or ""), "gpus", burn.node)
+        undo.update(state_dir=state_dir, journal=journal_path(state_dir, burn.fault_id))
+        if burn.neighbour_job:
+            undo["neighbour"] = {"via": "slurm", "job_id": None, "job_name": burn.job_name}
+    return undo
+
+
+def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    """Start the burn; returns the undo for the ledger. Every check runs before any change."""
+    lab_dir = ctx.get("lab_dir")
+    burn = check_spec(spec, lab=bool(lab_dir), namespace=ctx.get("namespace"))
+    if burn.via == "lab":
+        if not lab_dir:
+            raise FieldError("params.via", "lab writes the lab's fake GPU state; a real site has real GPUs: use via "
+                             "slurm or kubernetes")
+        return _inject_lab(burn, str(lab_dir), ctx)
+    if burn.via == "slurm":
+        return _inject_slurm(burn, ctx)
+    return _inject_kubernetes(burn, ctx)
+
+
+def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    """Stop the burn and undo its effect; idempotent.
+
+    ``undo`` is what inject returned, merged with the spec; after a crash mid-inject it may be the
+    spec alone, and the names derived from the fault id find what was started.
+    """
+    undo = _complete_undo(undo, ctx)
+    via = undo.get("via")
+    if via == "slurm":
+        return _revert_slurm(undo, ctx)
+    if via == "kubernetes":
+        return _revert_kubernetes(undo, ctx)
+    if via == "lab":
+        return _revert_lab(undo, ctx)
+    raise FieldError("via", "the burn's undo names no way it ran (slurm, kubernetes, lab): %r" % (via,))
+
+
+def _complete_undo(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    merged = dict(undo)
+    if merged.get("via") in VIAS and ("job_name" in merged or "pod" in merged or "state_dir" in merged):
+        return merged
+    # Only the spec: inject crashed before it returned.
+    pending = pending_undo(merged, ctx)
+    pending.update({k: v for k, v in merged.items() if k in ("job_id", "gpus", "neighbour")})
+    return pending
+
+
+# -- via slurm ------------------------------------------------------------------------------------
+def _slurm_client(ctx: Mapping[str, Any]) -> SlurmClient:
+    return SlurmClient(SlurmRunner(run=ctx.get("run"), slurm_conf=ctx.get("slurm_conf"),
+                                   bin_dir=ctx.get("slurm_bin_dir"), check_mode=bool(ctx.get("check_mode")),
+                                   commands=COMMANDS))
+
+
+def _slurm_gpu_count(client: SlurmClient, node: str) -> int:
+    found = client.nodes([node], with_jobs=False)[node]
+    if not found.gpus:
+        raise GpufleetError("Slurm lists no gpu GRES on %s (Gres=%r): params.gpus 'all' has nothing to burn"
+                            % (node, found.gres))
+    return int(found.gpus)
+
+
+def _submit(client: SlurmClient, burn: Burn, gpu_count: int, wrap: Optional[List[str]] = None,
+            output: Optional[str] = None) -> Dict[str, Any]:
+    values = _sbatch_values(burn, gpu_count, wrap, output)
+    result = client.runner.run("sbatch", SBATCH_OPTIONS, mutating=True, nodes=[burn.node], **values)
+    job_id = parse_sbatch_parsable(result.stdout, result.argv) if result.ran else None
+    return {"via": "slurm", "job_id": job_id, "job_name": burn.job_name, "output": values["output"],
+            "command": list(result.argv), "ran": result.ran}
+
+
+def parse_sbatch_parsable(text: str, argv: Optional[List[str]] = None) -> str:
+    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
+    first = (text or "").strip().splitlines()[0:1]
+    job_id = first[0].split(";", 1)[0].strip() if first else ""
+    try:
+        return check_job_ids([job_id], field="job_id")[0]
+    except FieldError:
+        raise GpufleetError("%s printed no job id (%r); the job, if any, is named %s"
+                            % (shlex.join(argv or ["sbatch"]), (text or "")[:200],
+                               _job_name_of(argv or []))) from None
+
+
+def _job_name_of(argv: List[str]) -> str:
+    return next((word.split("=", 1)[1] for word in argv if word.startswith("--job-name=")), "?")
+
+
+def _inject_slurm(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    client = _slurm_client(ctx)
+    count = len(burn.gpus) if burn.gpus is not None else _slurm_gpu_count(client, burn.node)
+    undo = _submit(client, burn, count)
+    undo.update(node=burn.node, fault_id=burn.fault_id, tool=burn.tool, gpu_count=count)
+    return undo
+
+
+def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    client = _slurm_client(ctx)
+    job_id = undo.get("job_id")
+    ids = check_job_ids([job_id], field="job_id") if job_id else []
+    job_name = undo.get("job_name")
+    if job_name:
+        # A job whose id never reached the ledger (a crash right after sbatch, or a rerun that
+        # submitted twice) is found by its name, which carries the fault id.
+        ids += [job.job_id for job in client.jobs() if job.name == job_name and job.job_id not in ids]
+    reverted: List[str] = []
+    for one in ids:
+        try:
+            result = client.cancel([one])
+        except SlurmTimeoutError:
+            raise
+        except SlurmCommandError as exc:
+            if _JOB_GONE.search(exc.stderr or ""):
+                continue  # it ended on its own: nothing to stop
+            raise
+        verb = "cancelled" if result.ran else "would cancel"
+        reverted.append("%s Slurm job %s (%s)" % (verb, one, shlex.join(result.argv)))
+    return {"reverted": reverted, "already": not reverted}
+
+
+# -- via kubernetes -------------------------------------------------------------------------------
+def _core_v1(ctx: Mapping[str, Any]) -> Any:
+    if ctx.get("core_v1") is not None:
+        return ctx["core_v1"]
+    kubeconfig = ctx.get("kubeconfig")
+    if not kubeconfig and ctx.get("lab_dir"):
+        kubeconfig = os.path.join(str(ctx["lab_dir"]), "kube", "admin.kubeconfig")
+    return core_v1(kubeconfig, ctx.get("context"))
+
+
+def _dry_run(ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    # Check mode asks the API server to validate without persisting (server-side dry run).
+    return {"dry_run": "All"} if ctx.get("check_mode") else {}
+
+
+def _allocatable_gpus(api: Any, node: str) -> int:
+    what = "read node %s" % node
+    try:
+        found = api.read_node(node)
+    except ApiException as exc:
+        raise api_failure(exc, what) from exc
+    except TransportError as exc:
+        raise unreachable(exc, what) from exc
+    status = found.get("status") if isinstance(found, dict) else getattr(found, "status", None)
+    allocatable = (status.get("allocatable") if isinstance(status, dict) else getattr(status, "allocatable", None))
+    value = (allocatable or {}).get(GPU_RESOURCE)
+    if value is None or not str(value).isdigit() or int(value) < 1:
+        raise GpufleetError("node %s has no allocatable %s (%r): params.gpus 'all' has nothing to burn"
+                            % (node, GPU_RESOURCE, value))
+    return int(value)
+
+
+def _inject_kubernetes(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    api = _core_v1(ctx)
+    count = len(burn.gpus) if burn.gpus is not None else _allocatable_gpus(api, burn.node)
+    body = pod_manifest(burn, count)
+    what = "create Pod %s/%s" % (burn.namespace, burn.pod_name)
+    existed = False
+    try:
+        api.create_namespaced_pod(burn.namespace, body, **_dry_run(ctx))
+    except ApiException as exc:
+        if getattr(exc, "status", None) != 409:
+            raise api_failure(exc, what) from exc
+        existed = True  # a rerun after a crash: the burn is running already
+    except TransportError as exc:
+        raise unreachable(exc, what) from exc
+    return {"via": "kubernetes", "node": burn.node, "fault_id": burn.fault_id, "namespace": burn.namespace,
+            "pod": burn.pod_name, "gpu_count": count, "tool": burn.tool, "existed": existed,
+            "check_mode": bool(ctx.get("check_mode"))}
+
+
+def _revert_kubernetes(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    api = _core_v1(ctx)
+    namespace, name = str(undo["namespace"]), str(undo["pod"])
+    what = "delete Pod %s/%s" % (namespace, name)
+    try:
+        api.delete_namespaced_pod(name, namespace, grace_period_seconds=POD_GRACE_S, **_dry_run(ctx))
+    except ApiException as exc:
+        if getattr(exc, "status", None) == 404:
+            return {"reverted": [], "already": True}
+        raise api_failure(exc, what) from exc
+    except TransportError as exc:
+        raise unreachable(exc, what) from exc
+    return {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.get("check_mode") else "deleted", namespace, name)],
+            "already": False}
+
+
+# -- via lab --------------------------------------------------------------------------------------
+def _lab_state_dir(lab_dir: str, node: str) -> str:
+    path = os.path.join(lab_dir, "gpus", node)
+    if not os.path.isfile(os.path.join(path, "node.state")):
+        raise FieldError("target", "%s has no simulated GPUs in %s" % (node, path))
+    return path
+
+
+def _read_journal(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise GpufleetError("the burn's journal %s is not JSON (%s): restore the GPUs by hand or clear them"
+                            % (path, exc)) from exc
+
+
+def _write_journal(path: str, undo: Mapping[str, Any]) -> None:
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(undo, handle, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _inject_lab(burn: Burn, lab_dir: str, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    state_dir = _lab_state_dir(lab_dir, burn.node)
+    state = fake_gpu_state.read(state_dir)
+    count = int(state["node"]["count"])
+    indices = list(burn.gpus) if burn.gpus is not None else list(range(count))
+    missing = [gpu for gpu in indices if gpu >= count]
+    if missing:
+        raise FieldError("params.gpus", "GPU(s) %s do not exist on %s, which has %d" % (missing, burn.node, count))
+    journal = journal_path(state_dir, burn.fault_id)
+    earlier = _read_journal(journal)
+    if earlier and earlier.get("gpus"):
+        # A rerun after a crash: the values from before the first inject are the ones to keep;
+        # the GPUs may already show the burn.
+        saved = earlier["gpus"]
+    else:
+        saved = [{"gpu": gpu, "saved": {name: state["gpus"][gpu][name] for name in SAVED_FIELDS}} for gpu in indices]
+    undo: Dict[str, Any] = {"via": "lab", "node": burn.node, "fault_id": burn.fault_id, "state_dir": state_dir,
+                            "journal": journal, "gpus": saved, "neighbour": (earlier or {}).get("neighbour"),
+                            "tool": burn.tool}
+    if ctx.get("check_mode"):
+        return dict(undo, check_mode=True)
+    if burn.neighbour_job and not undo["neighbour"]:
+        # Written before sbatch, so revert looks for the job by name even if the id never comes back.
+        undo["neighbour"] = {"via": "slurm", "job_id": None, "job_name": burn.job_name}
+    _write_journal(journal, undo)
+    try:
+        for entry in saved:
+            gpu = int(entry["gpu"])
+            fake_gpu_state.set_fields(state_dir, gpu, **lab_values(entry["saved"], state["gpus"][gpu]["memory_total"],
+                                                                   burn.memory_percent))
+        if burn.neighbour_job and not undo["neighbour"].get("job_id"):
+            undo["neighbour"] = _submit(_slurm_client(ctx), burn, len(saved), wrap=neighbour_wrap(burn),
+                                        output="/dev/null")
+            _write_journal(journal, undo)
+    except Exception:
+        # Leave nothing half-done behind the error; the error itself is what the caller sees.
+        # If that fails too, the journal stays and chaos-stop's revert retries from it.
+        with contextlib.suppress(Exception):
+            _revert_lab(undo, ctx)
+        raise
+    return undo
+
+
+def _revert_lab(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+    check_mode = bool(ctx.get("check_mode"))
+    state_dir = str(undo["state_dir"])
+    journal = str(undo.get("journal") or journal_path(state_dir, str(undo.get("fault_id"))))
+    recorded = _read_journal(journal)
+    gpus = undo.get("gpus") or (recorded or {}).get("gpus") or []
+    neighbour = undo.get("neighbour") or (recorded or {}).get("neighbour")
+    reverted: List[str] = []
+    node_state = os.path.join(state_dir, "node.state")
+    if gpus and os.path.isfile(node_state):
+        count = int(fake_gpu_state.read(state_dir)["node"]["count"])
+        for entry in gpus:
+            gpu, saved = int(entry["gpu"]), dict(entry["saved"])
+            if gpu >= count:
+                continue  # the node was re-initialised with fewer GPUs: nothing of ours is left there
+            text = ", ".join("%s=%s" % item for item in sorted(saved.items()))
+            if check_mode:
+                reverted.append("would restore simulated GPU %d of %s: %s" % (gpu, undo.get("node"), text))
+            elif fake_gpu_state.set_fields(state_dir, gpu, **saved):
+                # Unconditional: a drill owns the GPU while it runs, so the values before it are the truth.
+                reverted.append("restored simulated GPU %d of %s: %s" % (gpu, undo.get("node"), text))
+    if neighbour:
+        # After the GPUs: a Slurm that does not answer must not keep them burning. The journal
+        # stays until this succeeds too, so a retry still finds the job.
+        reverted += _revert_slurm(neighbour, ctx)["reverted"]
+    if recorded is not None and not check_mode:
+        os.unlink(journal)
+    return {"reverted": reverted, "already": not reverted}
+
+
+# -- reading the burn's output -------------------------------------------------------------------
+_BURN_RESULT = re.compile(r"^\s*GPU\s+(\d+):\s+(OK|FAULTY)\s*$")
+_BURN_TESTED = re.compile(r"Tested\s+(\d+)\s+GPUs?")
+# One progress record; a line may hold more than one (gpu-burn rewrites the line with \r, and
+# other messages can run into it).
+_BURN_PROGRESS = re.compile(r"(?P<pct>\d+(?:\.\d+)?)%\s+proc'd:(?P<procd>.*?)errors:(?P<errors>.*?)temps:"
+                            r"(?P<temps>\s*-?\d+\s*C(?:\s*-\s*-?\d+\s*C)*)")
+_BURN_PROCD = re.compile(r"(-?\d+)\s*\(\s*(\d+(?:\.\d+)?)\s*Gflop/s\)")
+_BURN_ERRORS = re.compile(r"(-?\d+)\s*(\((?:WARNING|DIED)!\))?")
+_BURN_TEMP = re.compile(r"(-?\d+)\s*C")
+_BURN_FAILED_START = re.compile(r"Couldn't init a GPU test|No clients are alive")
+
+
+def parse_gpu_burn(text: str) -> Dict[str, Any]:
+    """gpu-burn's output -> per-GPU result and a verdict; its exit code says nothing (always 0).
+
+    ``verdict``: ``faulty`` (a GPU printed FAULTY), ``unknown`` (no result lines, or fewer than
+    ``Tested N GPUs``: the burn was cut short), ``error`` (every GPU printed OK, yet a test process
+    failed to start or died: gpu-burn still prints OK then), ``ok``.
+    """
+    gpus: Dict[int, str] = {}
+    tested: Optional[int] = None
+    failed_start: List[str] = []
+    last: Optional[Any] = None
+    for line in (text or "").replace("\r", "\n").splitlines():
+        match = _BURN_RESULT.match(line)
+        if match:
+            gpus[int(match.group(1))] = match.group(2)
+            continue
+        match = _BURN_TESTED.search(line)
+        if match:
+            tested = int(match.group(1))
+        if _BURN_FAILED_START.search(line):
+            failed_start.append(line.strip())
+        for progress in _BURN_PROGRESS.finditer(line):
+            last = progress
+    processed: List[int] = []
+    gflops: List[float] = []
+    errors: List[int] = []
+    died: List[int] = []
+    temps: List[int] = []
+    percent: Optional[float] = None
+    if last is not None:
+        percent = float(last.group("pct"))
+        for count, rate in _BURN_PROCD.findall(last.group("procd")):
+            processed.append(int(count))
+            gflops.append(float(rate))
+        for index, (count, flag) in enumerate(_BURN_ERRORS.findall(last.group("errors"))):
+            errors.append(int(count))
+            if flag == "(DIED!)":
+                died.append(index)
+        temps = [int(value) for value in _BURN_TEMP.findall(last.group("temps"))]
+    faulty = sorted(gpu for gpu, status in gpus.items() if status == "FAULTY")
+    reasons: List[str] = []
+    if faulty:
+        verdict = "faulty"
+        reasons.append("GPU(s) %s FAULTY: wrong results under load" % ", ".join(map(str, faulty)))
+    elif not gpus:
+        verdict = "unknown"
+        reasons.append("no 'GPU i: OK|FAULTY' result lines: the burn did not finish, or its output was cut")
+    elif failed_start or died:
+        verdict = "error"
+        reasons += failed_start
+        if died:
+            reasons.append("test process of GPU(s) %s died" % ", ".join(map(str, died)))
+    elif tested is not None and len(gpus) < tested:
+        verdict = "unknown"
+        reasons.append("%d result line(s) for %d tested GPUs" % (len(gpus), tested))
+    else:
+        verdict = "ok"
+    return {"tool": "gpu_burn", "gpus": gpus, "faulty": faulty, "tested": tested, "errors": errors,
+            "gflops": gflops, "processed": processed, "temps": temps, "died": died, "progress": percent,
+            "verdict": verdict, "reasons": reasons}
+
+
+# dcgmi diag's text table (DCGM 3.x and 4.x): "| <test> | <result> |" rows under section rows
+# such as "+-----  Hardware  ---+---+"; results are Pass, Fail, Warn or Skip, for all GPUs
+# ("Pass - All"), some ("Fail - GPU: 0"), or one per continuation row ("GPU0: Pass", 4.x).
+# "Warning" and "Info" rows, and the wrapped rows under them, are details of the test above.
+_DIAG_SECTION = re.compile(r"^[|+]-{3,}\s+(\S(?:.*?\S)?)\s+-{3,}")
+_DIAG_RESULT = re.compile(r"^(pass|fail|warn|skip)\w*(?:\s*-\s*(all|gpus?\s*:\s*([\d,\s]+)))?\s*$", re.I)
+_DIAG_GPU_RESULT = re.compile(r"^gpu\s*(\d+)\s*:\s*(pass|fail|warn|skip)\w*\s*$", re.I)
+# Not a prefix match: "Inforom" is a test (3.x), "Info" a detail row.
+_DIAG_DETAIL = re.compile(r"^(warning|info)\b", re.I)
+_DIAG_RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
+
+
+def _diag_result(value: str) -> Optional[Tuple[str, Optional[List[int]]]]:
+    """('Fail', [0]) for 'Fail - GPU: 0', ('Pass', None) for 'Pass' or 'Pass - All'."""
+    match = _DIAG_RESULT.match(value)
+    if match:
+        result = match.group(1).capitalize()
+        gpus = [int(part) for part in re.findall(r"\d+", match.group(3) or "")] or None
+        return result, gpus
+    match = _DIAG_GPU_RESULT.match(value)
+    if match:
+        return match.group(2).capitalize(), [int(match.group(1))]
+    return None
+
+
+def parse_dcgm_diag(text: str) -> Dict[str, Any]:
+    """``dcgmi diag -r 3`` text output -> each test's result (per GPU where it says) and a verdict.
+
+    ``verdict``: ``fail`` (any test Fail), ``warn``, ``pass`` (at least one Pass, no Fail or Warn),
+    ``unknown`` (no result rows, or every test skipped: nothing was tested).
+    """
+    tests: List[Dict[str, Any]] = []
+    metadata: Dict[str, str] = {}
+    errors: List[str] = []
+    section: Optional[str] = None
+    current: Optional[Dict[str, Any]] = None
+    detail: Optional[List[str]] = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] not in "|+":
+            if line.lower().startswith("error"):
+                errors.append(line)
+            continue
+        match = _DIAG_SECTION.match(line)
+        if match:
+            section, current, detail = match.group(1), None, None
+            continue
+        if line[0] == "+":
+            continue  # a border: +-----+ or +=====+
+        parts = line.split("|")
+        if len(parts) < 4:
+            continue
+        name, cell = parts[1].strip(), "|".join(parts[2:-1])
+        value = cell.strip()
+        if name == "Diagnostic" and value == "Result":
+            continue
+        match = _DIAG_DETAIL.match(name)
+        if match:
+            if current is not None:
+                detail = current["warnings" if match.group(1).lower() == "warning" else "info"]
+                detail.append(cell[1:].rstrip())
+            continue
+        parsed = _diag_result(value)
+        if not name:
+            if parsed is not None and current is not None:
+                _diag_add(current, parsed)
+                detail = None
+            elif detail is not None:
+                # A long detail is cut into rows at a fixed width, mid-word too: pad each row back
+                # to that width before the next one, and the words come out whole.
+                detail[-1] = detail[-1].ljust(max(len(cell) - 3, 0)) + cell[1:].rstrip()
+            continue
+        if section == "Metadata" or parsed is None:
+            metadata[name] = value
+            current, detail = None, None
+            continue
+        current = {"name": name, "section": section, "result": parsed[0], "gpus": {}, "warnings": [], "info": []}
+        detail = None
+        _diag_add(current, parsed)
+        tests.append(current)
+    by_result: Dict[str, List[str]] = {"Fail": [], "Warn": [], "Pass": [], "Skip": []}
+    for test in tests:
+        by_result[test["result"]].append(test["name"])
+        for key in ("warnings", "info"):
+            test[key] = [" ".join(item.split()) for item in test[key]]
+    if by_result["Fail"]:
+        verdict = "fail"
+    elif by_result["Warn"]:
+        verdict = "warn"
+    elif by_result["Pass"]:
+        verdict = "pass"
+    else:
+        verdict = "unknown"
+    return {"tool": "dcgm_diag", "tests": tests, "failed": by_result["Fail"], "warned": by_result["Warn"],
+            "passed": by_result["Pass"], "skipped": by_result["Skip"], "metadata": metadata, "errors": errors,
+            "verdict": verdict}
+
+
+def _diag_add(test: Dict[str, Any], parsed: Tuple[str, Optional[List[int]]]) -> None:
+    result, gpus = parsed
+    for gpu in gpus or []:
+        test["gpus"][gpu] = result
+    # The test's result is its worst: 'Pass - GPU: 1' then 'Fail - GPU: 0' is a Fail.
+    if _DIAG_RANK[result] > _DIAG_RANK[test["result"]]:
+        test["result"] = result
+
+
+def parse_output(text: str, tool: str = "gpu_burn") -> Dict[str, Any]:
+    """The burn job's output (the Slurm --output file, the Pod's log) read with its tool's parser."""
+    if tool not in TOOLS:
+        raise FieldError("tool", "must be one of %s, not %r" % (", ".join(TOOLS), tool))
+    return parse_dcgm_diag(text) if tool == "dcgm_diag" else parse_gpu_burn(text)

@@ -1,0 +1,195 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""The experiments a drill can run, and what the feedback loop is expected to show for each.
+
+Pure: a table and its lookups. Each experiment names its family (the file under ``chaos/`` that
+injects it), the backends it uses by default in the lab and on a real site, and the loop's
+expectations: the PromQL that shows detection, the alerts that should fire, whether the
+scheduler must fence the node and whether the protected job must be requeued and resume.
+An expectation of "no alert" is not a pass: it is how a drill finds an observability gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+LOOP_STEPS = ("detected", "alerted", "scheduler", "recovered")
+DEFAULT_DEADLINES = {"detected": 30.0, "alerted": 90.0, "scheduler": 180.0, "recovered": 300.0}
+
+# nvmlClocksEventReason* bits (nvml.h).
+SW_POWER_CAP = 0x4
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+
+
+@dataclass(frozen=True)
+class Detection:
+    """``query`` is PromQL with {node}; detected when its value rises above the baseline
+    (``mode='rise'``) or reaches ``threshold`` (``mode='at_least'``)."""
+
+    query: str
+    mode: str = "rise"
+    threshold: float = 1.0
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    family: str
+    summary: str
+    lab_backends: Tuple[str, ...]
+    site_backends: Tuple[str, ...]
+    detection: Optional[Detection]
+    alerts: Tuple[str, ...] = ()
+    fences: bool = False  # a fatal fault: Slurm DRAIN/DOWN and a cordon are expected
+    requeues: bool = False  # the protected job must be requeued and resume from its checkpoint
+    missing_alert_hint: str = ""
+    simulated: Tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)  # defaults; gpu_xid's loop depends on params
+
+
+def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
+         hint: str = "", **params: Any) -> Experiment:
+    backends = ("nvml_sim", "kmsg") if params.pop("with_kmsg", True) else ("nvml_sim",)
+    return Experiment(
+        name=name,
+        family="gpu_fault",
+        summary=summary,
+        lab_backends=backends,
+        site_backends=tuple(b for b in ("kmsg", "dcgm") if b != "kmsg" or "kmsg" in backends),
+        detection=detection,
+        alerts=alerts,
+        fences=fences,
+        requeues=fences,
+        missing_alert_hint=hint,
+        simulated=("the GPU: the fault is written into the lab's fake NVML state (and the node's own kernel-log "
+                   "file), which the unmodified health agent reads through pynvml",),
+        params=dict(params, gpu=0),
+    )
+
+
+EXPERIMENTS: Dict[str, Experiment] = {}
+
+
+def _add(experiment: Experiment) -> None:
+    EXPERIMENTS[experiment.name] = experiment
+
+
+_add(_gpu("gpu_xid", "An XID error on one GPU (params.xid, default 79)",
+          Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
+          ("GpuNodeFatal",), True, xid=79))
+_add(_gpu("gpu_ecc_dbe", "Uncorrectable (double-bit) ECC errors, with XID 48",
+          Detection('sum(gpufleet_gpu_ecc_errors_total{{node="{node}",type="uncorrectable",counter="volatile"}})',
+                    what="volatile uncorrectable ECC counter"),
+          ("GpuEccUncorrectableErrors", "GpuNodeFatal"), True, count=1))
+_add(_gpu("gpu_ecc_sbe_storm", "A storm of correctable (single-bit) ECC errors, with XID 92",
+          Detection('sum(gpufleet_gpu_ecc_errors_total{{node="{node}",type="correctable",counter="volatile"}})',
+                    what="volatile correctable ECC counter"),
+          (), False,
+          hint='an alert rule on increase(gpufleet_gpu_ecc_errors_total{type="correctable",counter="volatile"}[10m]) '
+               "above the rate your GPUs normally show: a single-bit storm precedes page retirement",
+          count=10000))
+_add(_gpu("gpu_retired_pages", "Retired pages pending a GPU reset, with XID 63",
+          Detection('max(gpufleet_gpu_retired_pages_pending{{node="{node}"}})', "at_least", 1,
+                    what="retired pages pending"),
+          (), False,
+          hint="an alert rule on gpufleet_gpu_retired_pages_pending == 1 for 10m (the GPU needs a reset to retire "
+               "them; GpuRowRemapPending covers only row remapping)"))
+_add(_gpu("gpu_row_remap_failure", "A failed row remapping (no spare rows), with XID 64",
+          Detection('max(gpufleet_gpu_remapped_rows{{node="{node}",kind="failed"}})', "at_least", 1,
+                    what="row remap failure flag"),
+          ("GpuRowRemapFailure",), True))
+_add(_gpu("gpu_thermal", "Overheating: core temperature up, thermal slowdown",
+          Detection('max(gpufleet_gpu_throttle_reasons{{node="{node}",reason=~"sw_thermal_slowdown|hw_thermal_slowdown"}})',
+                    "at_least", 1, what="thermal throttle reason"),
+          ("GpuThermalSlowdown",), False, with_kmsg=False, temperature_c=95))
+_add(_gpu("gpu_power", "Power excursion: power-cap and power-brake slowdown",
+          Detection('max(gpufleet_gpu_throttle_reasons{{node="{node}",reason=~"sw_power_cap|hw_power_brake_slowdown"}})',
+                    "at_least", 1, what="power throttle reason"),
+          (), False,
+          hint='an alert rule on gpufleet_gpu_throttle_reasons{reason=~"sw_power_cap|hw_power_brake_slowdown"} == 1 '
+               "for 5m (a power brake slows every job on the node)",
+          with_kmsg=False, power_w=750))
+_add(_gpu("gpu_nvlink", "NVLink errors (CRC, replay) on one link, with XID 74",
+          Detection('sum(gpufleet_gpu_nvlink_errors_total{{node="{node}"}})', what="NVLink error counters"),
+          ("GpuNvlinkErrorsRising",), False, count=1000, link_down=False))
+_add(_gpu("gpu_fallen_off_bus", "The GPU falls off the bus (NVML: GPU is lost), with XID 79",
+          Detection('max(gpufleet_gpu_lost{{node="{node}"}})', "at_least", 1, what="GPU lost gauge"),
+          ("GpuNodeFatal",), True))
+_add(Experiment(
+    name="gpu_burn", family="burn", summary="GPU burn / noisy neighbour beside the protected job",
+    lab_backends=("lab",), site_backends=("slurm",),
+    detection=Detection('max(gpufleet_gpu_throttle_reasons{{node="{node}",reason="sw_power_cap"}})', "at_least", 1,
+                        what="power-cap slowdown of the burned GPUs"),
+    missing_alert_hint='an alert rule on gpufleet_gpu_throttle_reasons{reason="sw_power_cap"} == 1 for 5m beside '
+                       "high utilization: a noisy neighbour slows the protected job without any fault",
+    simulated=("the burn's load: utilization, temperature, power and the power-cap slowdown are written into the "
+               "fake GPU state (the fake NVML has no clock field)",),
+    params={"seconds": 60},
+))
+_CHECKPOINT_HINT = ("a metric for failed checkpoint saves from the training job (or its launcher) and an alert on it: "
+                    "a job that cannot save loses all work since its last good checkpoint at the next fault")
+_add(Experiment(
+    name="checkpoint_kill", family="checkpoint",
+    summary="Kill the job while it writes a synchronous checkpoint; it must resume from the previous valid one",
+    lab_backends=("slurm",), site_backends=("slurm",), detection=None, requeues=True,
+    missing_alert_hint=_CHECKPOINT_HINT, params={"timeout_s": 120},
+))
+_add(Experiment(
+    name="checkpoint_fill", family="checkpoint",
+    summary="Fill the checkpoint volume; the job must keep its last good checkpoint and report the failed save",
+    lab_backends=("fill",), site_backends=("fill",), detection=None, missing_alert_hint=_CHECKPOINT_HINT,
+    simulated=("the checkpoint volume is the lab's size-limited tmpfs",), params={"leave_bytes": 65536},
+))
+_add(Experiment(
+    name="checkpoint_storage", family="checkpoint",
+    summary="Cut (read-only remount) or slow (cgroup v2 io.max) the checkpoint storage path",
+    lab_backends=("mount",), site_backends=("mount",), detection=None, missing_alert_hint=_CHECKPOINT_HINT,
+    simulated=("the storage path is the lab's tmpfs; io.max needs a block device, so 'slow' is a missing "
+               "capability in the lab",),
+    params={"mode": "cut"},
+))
+
+
+def get(name: Any) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise FieldError("experiment", "unknown experiment %r; known: %s" % (name, ", ".join(sorted(EXPERIMENTS))))
+    return EXPERIMENTS[name]
+
+
+def loop_expectations(experiment: Experiment, params: Mapping[str, Any]) -> Dict[str, Any]:
+    """What each loop step should show for this run (gpu_xid depends on the XID's catalog entry)."""
+    alerts, fences = list(experiment.alerts), experiment.fences
+    if experiment.name == "gpu_xid":
+        fatal = params.get("xid_severity") == "fatal"
+        alerts, fences = (["GpuNodeFatal"], True) if fatal else (["GpuNodeDegraded"], False)
+    return {
+        "detection": None if experiment.detection is None else {
+            "query": experiment.detection.query, "mode": experiment.detection.mode,
+            "threshold": experiment.detection.threshold, "what": experiment.detection.what,
+        },
+        "alerts": alerts,
+        "fences": fences,
+        "requeues": fences or experiment.requeues,
+        "missing_alert_hint": experiment.missing_alert_hint,
+    }
+
+
+def deadlines(overrides: Optional[Mapping[str, Any]]) -> Dict[str, float]:
+    merged = dict(DEFAULT_DEADLINES)
+    for key, value in (overrides or {}).items():
+        if key not in merged:
+            raise FieldError("deadlines.%s" % key, "unknown loop step; steps: %s" % ", ".join(LOOP_STEPS))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise FieldError("deadlines.%s" % key, "must be a positive number of seconds, got %r" % (value,))
+        merged[key] = float(value)
+    return merged
+
+
+def names() -> List[str]:
+    return sorted(EXPERIMENTS)
