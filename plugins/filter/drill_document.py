@@ -29,7 +29,9 @@ options:
     type: dict
     default: {}
   faults:
-    description: The C(faults) of M(gpufleet.resilience.chaos_fault) with O(gpufleet.resilience.chaos_fault#module:state=absent).
+    description:
+      - The C(faults) of M(gpufleet.resilience.chaos_fault) with
+        O(gpufleet.resilience.chaos_fault#module:state=absent).
     type: list
     elements: dict
     default: []
@@ -38,7 +40,8 @@ options:
 EXAMPLES = r"""
 - name: The drill document
   ansible.builtin.set_fact:
-    drill_doc: "{{ gate.drill | gpufleet.resilience.drill_document(phases=phases, observed=seen, faults=rolled.faults) }}"
+    drill_doc: >-
+      {{ gate.drill | gpufleet.resilience.drill_document(phases=phases, observed=seen, faults=rolled.faults) }}
 """
 
 RETURN = r"""
@@ -53,11 +56,14 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.scoring import document
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import check
 
 
 def drill_document(drill, phases=None, observed=None, faults=None):
     try:
-        return document(drill, list(phases or []), dict(observed or {}), list(faults or []), time.time())
+        built = document(drill, list(phases or []), dict(observed or {}), list(faults or []), time.time())
+        check(built)
+        return built
     except (GpufleetError, KeyError, TypeError) as exc:
         raise AnsibleFilterError("drill_document: %s" % exc) from exc
 

@@ -69,7 +69,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 faults:
-  description: Each fault (id, node, injected_at, expires_at, undo) or each rollback (id, rollback done|failed, actions).
+  description:
+    - Each fault (id, node, injected_at, expires_at, undo), or each rollback (id, rollback done|failed, actions).
   type: list
   elements: dict
   returned: always

@@ -69,7 +69,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 steps:
-  description: Each loop step (step, verdict pass|fail|skipped|not_observable, expected, observed, deadline_s, at, elapsed_s).
+  description:
+    - Each loop step (step, verdict pass|fail|skipped|not_observable, expected, observed, deadline_s, at,
+      elapsed_s).
   type: list
   elements: dict
   returned: always

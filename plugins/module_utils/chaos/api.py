@@ -16,8 +16,15 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments, gate, ledger, observe
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn, checkpoint, gpu_fault
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
+    burn,
+    checkpoint,
+    experiments,
+    gate,
+    gpu_fault,
+    ledger,
+    observe,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
@@ -26,6 +33,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 
 FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint}
 POOL_LABEL = "gpufleet.io/pool"
+# DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
+REINJECT_EVERY_S = 30.0
 
 
 class DrillRefused(GpufleetError):
@@ -140,10 +149,10 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         spec = _spec({"experiment": experiment.name, "params": merged, "backend": params.get("backend")},
                      node["name"], "f-%s-%s" % (drill_id[2:], node["name"]), params.get("lab_dir"))
         plans.append(dict(family.plan(spec), node=node["name"]))
-    # Parameters the plan resolved (e.g. gpu_xid's catalog severity) decide the loop's expectations.
+    # What the plan resolved (gpu_xid's catalog severity) decides the loop's expectations.
     resolved = dict(merged)
     for item in plans:
-        resolved.update(item.get("params") or {})
+        resolved.update(item.get("resolved") or {})
     simulated = list(experiment.simulated) if params.get("lab_dir") else []
     for item in plans:
         simulated += [s for s in item.get("simulated") or [] if s not in simulated]
@@ -207,10 +216,10 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
         for target in targets:
             if target not in found:
                 continue  # replaced: the Kubernetes check above judges it
-            states = (found[target].state,) + tuple(found[target].flags)
+            states = (found[target].state, *found[target].flags)
             fenced = any(s in observe.FENCED_STATES for s in states)
-            check("slurm:%s" % target, not fenced, "+".join(states) + (" (%s)" % found[target].reason
-                                                                         if found[target].reason else ""))
+            reason = " (%s)" % found[target].reason if found[target].reason else ""
+            check("slurm:%s" % target, not fenced, "+".join(states) + reason)
         job_id = params.get("protected_job")
         if job_id:
             check_job_ids([job_id], "protected_job")
@@ -288,41 +297,53 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
                  "node": node, "backend": drill.get("backend") or "default", "spec": spec,
                  "expires_at": at + float(params.get("duration") or drill["duration"]), "holder": _holder()}
         store.update(lambda d, e=entry: (ledger.add_fault(d, e), None))
-        undo = family.inject(spec, ctx)
+        try:
+            undo = family.inject(spec, ctx)
+        except FieldError:
+            # Bad input is refused before any change (the family contract): nothing to roll back.
+            store.update(lambda d, i=fault_id: (ledger.finish(d, i, "refused", time.time(), []), None))
+            raise
         store.update(lambda d, i=fault_id, u=undo, t=at: (ledger.activate(d, i, u, t), None))
         injected.append({"id": fault_id, "node": node, "injected_at": at, "expires_at": entry["expires_at"],
                          "undo": undo})
     injected_at = min([f["injected_at"] for f in injected if "injected_at" in f] or [started])
+    summary = [{k: f.get(k) for k in ("id", "node", "injected_at", "expires_at")} for f in injected]
     phase = {"phase": "inject", "started_at": started, "finished_at": time.time(), "ok": True,
-             "detail": {"faults": [{k: f.get(k) for k in ("id", "node", "injected_at", "expires_at")} for f in injected]}}
+             "detail": {"faults": summary}}
     return {"changed": not check_mode, "faults": injected, "injected_at": injected_at, "phase": phase}
 
 
-def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: Mapping[str, Any], how: str) -> List[Dict[str, Any]]:
-    """Revert each ledger entry; a failure is kept in the ledger (rollback_failed) and reported."""
-    results = []
-    for entry in entries:
-        family = FAMILIES.get(entry.get("family") or "")
-        undo = dict(entry.get("spec") or {})
-        undo.update(entry.get("undo") or {})
-        try:
-            if family is None:
-                raise GpufleetError("unknown family %r" % entry.get("family"))
-            done = family.revert(undo, ctx) if not ctx.get("check_mode") else {"reverted": ["(check mode)"]}
-        except Exception as exc:  # one fault's failure must not stop the others' rollback
-            if not ctx.get("check_mode"):
-                store.update(lambda d, i=entry["id"], e=str(exc): (ledger.record_attempt(d, i, e, time.time()), None))
-            results.append({"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
-                            "injected_at": entry.get("injected_at"), "rolled_back_at": None, "rollback": "failed",
-                            "error": str(exc), "actions": []})
-            continue
-        at = time.time()
-        if not ctx.get("check_mode"):
-            store.update(lambda d, i=entry["id"], r=done.get("reverted"), t=at: (ledger.finish(d, i, how, t, r), None))
-        results.append({"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
-                        "injected_at": entry.get("injected_at"), "rolled_back_at": at, "rollback": "done",
-                        "actions": list(done.get("reverted") or [])})
-    return results
+def _fault_row(entry: Mapping[str, Any], **outcome: Any) -> Dict[str, Any]:
+    row = {"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
+           "injected_at": entry.get("injected_at")}
+    row.update(outcome)
+    return row
+
+
+def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], how: str) -> Dict[str, Any]:
+    """Revert one ledger entry. A failure stays in the ledger (rollback_failed), for the next try."""
+    family = FAMILIES.get(entry.get("family") or "")
+    undo = dict(entry.get("spec") or {})
+    undo.update(entry.get("undo") or {})
+    if ctx.get("check_mode"):
+        return _fault_row(entry, rolled_back_at=None, rollback="planned", actions=["(check mode)"])
+    try:
+        if family is None:
+            raise GpufleetError("unknown family %r" % entry.get("family"))
+        done = family.revert(undo, ctx)
+    except Exception as exc:  # one fault's failure must not stop the others' rollback
+        error = str(exc)
+        store.update(lambda data: (ledger.record_attempt(data, entry["id"], error, time.time()), None))
+        return _fault_row(entry, rolled_back_at=None, rollback="failed", error=error, actions=[])
+    at = time.time()
+    reverted = list(done.get("reverted") or [])
+    store.update(lambda data: (ledger.finish(data, entry["id"], how, at, reverted), None))
+    return _fault_row(entry, rolled_back_at=at, rollback="done", actions=reverted)
+
+
+def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: Mapping[str, Any],
+                     how: str) -> List[Dict[str, Any]]:
+    return [revert_entry(store, entry, ctx, how) for entry in entries]
 
 
 def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
@@ -359,6 +380,9 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
                                     None))
         entries = list(ledger.faults(_read(store)).values())
         result["rolled_back"] = rollback_entries(store, entries, ctx, "kill_switch")
+        if not check_mode:
+            # Every drill is over: a drill still running finds its faults gone and reports so.
+            store.update(lambda d: (ledger.remove_drills(d), None))
         result["changed"] = not check_mode
     elif state == "cleared":
         before = ledger.kill_switch(_read(store))
@@ -384,18 +408,43 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
 
 def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wait: bool,
                  sleep: Callable[[float], None]) -> List[Dict[str, Any]]:
-    """Roll back the faults whose duration is over. With ``wait``, keep watching until the drill's
-    faults are all gone: this runs as an async task that outlives a killed ansible-playbook."""
+    """Roll back the faults whose duration is over. With ``wait`` (the watchdog: an async task the
+    drill starts right after its gate, before anything is injected) keep watching while the drill
+    is registered or has faults; a drill whose controller died is ended at its expiry."""
     rolled: List[Dict[str, Any]] = []
+    reinjected: Dict[str, float] = {}
     while True:
         data = _read(store)
         now = time.time()
         rolled += rollback_entries(store, ledger.expired(data, now, drill_id), ctx, "expiry")
-        left = [f for f in ledger.faults(_read(store)).values() if drill_id is None or f.get("drill") == drill_id]
-        if not wait or not left:
+        data = _read(store)
+        left = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
+        drill = ledger.drills(data).get(drill_id or "")
+        if drill and not left and drill.get("expires_at", now) <= now and not ctx.get("check_mode"):
+            store.update(lambda d, i=drill["id"]: (ledger.remove_drill(d, i), None))
+            drill = None
+        if not wait or not (left or drill):
             return rolled
-        next_expiry = min(f.get("expires_at", now) for f in left)
-        sleep(min(5.0, max(0.5, next_expiry - time.time())))
+        for entry in left:
+            reinject_expiring(entry, reinjected, now)
+        expiries = [f.get("expires_at", now) for f in left]
+        if drill:
+            expiries.append(drill.get("expires_at", now))
+        sleep(min(5.0, max(0.5, min(expiries) - time.time())))
+
+
+def reinject_expiring(entry: Mapping[str, Any], last: Dict[str, float], now: float,
+                      every_s: float = REINJECT_EVERY_S) -> None:
+    """DCGM forgets injected values after a while: inject them again while the fault is active."""
+    family = FAMILIES.get(entry.get("family") or "")
+    reinject = getattr(family, "reinject", None)
+    if reinject is None or entry.get("state") != "active":
+        return
+    previous = last.setdefault(entry["id"], float(entry.get("injected_at") or now))
+    if now - previous < every_s:
+        return
+    last[entry["id"]] = now
+    reinject(dict(entry.get("spec") or {}, **(entry.get("undo") or {})))
 
 
 def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:

@@ -198,8 +198,10 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
         else:
             actions += ["%s: %s (re-injected while the drill runs)" % (spec["node"], " ".join(argv))
                         for argv in fault.dcgm_commands()]
+    # "resolved": what the plan learnt that decides the loop's expectations (the XID's severity).
+    resolved = {"xid_severity": fault.params["xid_severity"]} if "xid_severity" in fault.params else {}
     return {"actions": actions, "simulated": simulated, "missing": [], "backends": _backends(spec, lab),
-            "params": fault.params}
+            "params": fault.params, "resolved": resolved}
 
 
 def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
@@ -214,7 +216,8 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         if backend == "nvml_sim":
             undo["nvml_sim"] = _inject_nvml(state_dir, fault)
         elif backend == "kmsg":
-            undo["kmsg"] = _write_kernel_lines(_kernel_log(ctx, node), [line.format(bus=bus) for line in fault.kernel_lines])
+            lines = [line.format(bus=bus) for line in fault.kernel_lines]
+            undo["kmsg"] = _write_kernel_lines(_kernel_log(ctx, node), lines)
         else:
             undo["dcgm"] = {"commands": [" ".join(argv) for argv in fault.dcgm_commands()]}
             for argv in fault.dcgm_commands():
@@ -251,9 +254,8 @@ def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         for argv in fault.dcgm_commands(healthy=True):
             _run(argv)
             reverted.append(" ".join(argv))
-    if undo.get("agent_must_forget") and ctx.get("lab_dir"):
-        if forget_xids(ctx["lab_dir"], node):
-            reverted.append("told the health agent of %s to forget its XID history (SIGUSR1)" % node)
+    if undo.get("agent_must_forget") and ctx.get("lab_dir") and forget_xids(ctx["lab_dir"], node):
+        reverted.append("told the health agent of %s to forget its XID history (SIGUSR1)" % node)
     return {"reverted": reverted, "already": not reverted}
 
 
@@ -329,5 +331,5 @@ def _run(argv: List[str]) -> None:
                             % argv[0])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:
-        raise GpufleetError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode,
-                                                        (done.stderr or done.stdout).strip()[-500:]))
+        said = (done.stderr or done.stdout).strip()[-500:]
+        raise GpufleetError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode, said))

@@ -65,6 +65,10 @@ def remove_drill(data: Data, drill_id: str) -> Data:
     return _put(data, "drills", current)
 
 
+def remove_drills(data: Data) -> Data:
+    return _put(data, "drills", {})
+
+
 def add_fault(data: Data, entry: Dict[str, Any]) -> Data:
     current = faults(data)
     current[entry["id"]] = dict(entry, state="injecting")
@@ -96,7 +100,7 @@ def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[L
     done = {k: entry.get(k) for k in ("id", "drill", "experiment", "node", "backend", "injected_at", "expires_at")}
     done.update(rolled_back_at=now, rolled_back_by=how, reverted=list(reverted or []))
     updated = _put(data, "faults", current)
-    return _put(updated, "history", (history(data) + [done])[-HISTORY_KEEP:])
+    return _put(updated, "history", [*history(data), done][-HISTORY_KEEP:])
 
 
 def set_kill_switch(data: Data, on: bool, by: str, why: str, now: float) -> Data:

@@ -42,11 +42,51 @@ def prometheus_value(prometheus_url: str, query: str) -> Optional[float]:
     return float(result[0]["value"][1]) if result else None
 
 
-def firing_alerts(alertmanager_url: str, node: str) -> List[str]:
+def first_above(prometheus_url: str, query: str, since: float, until: float, level: float,
+                strict: bool) -> Optional[float]:
+    """When the query's value first went above (or reached) ``level`` in [since, until], from a
+    range query: the drill's poll interval and Ansible's start-up do not count towards the time."""
+    answer = http_json("%s/api/v1/query_range?%s" % (prometheus_url.rstrip("/"), urllib.parse.urlencode(
+        {"query": query, "start": "%.3f" % since, "end": "%.3f" % until, "step": "0.5"})))
+    for series in (answer.get("data") or {}).get("result") or []:
+        for stamp, value in series.get("values") or []:
+            if float(value) > level if strict else float(value) >= level:
+                return float(stamp)
+    return None
+
+
+def alert_starts(alertmanager_url: str, node: str) -> Dict[str, float]:
+    """Alert name -> its startsAt (epoch seconds), for the active alerts about ``node``."""
     query = urllib.parse.urlencode({"active": "true", "silenced": "false", "inhibited": "false",
                                     "filter": 'node="%s"' % node})
     alerts = http_json("%s/api/v2/alerts?%s" % (alertmanager_url.rstrip("/"), query))
-    return sorted({a["labels"]["alertname"] for a in alerts if (a.get("status") or {}).get("state") == "active"})
+    found: Dict[str, float] = {}
+    for alert in alerts:
+        if (alert.get("status") or {}).get("state") != "active":
+            continue
+        started = _epoch(alert.get("startsAt"))
+        name = alert["labels"]["alertname"]
+        found[name] = min(found.get(name, started), started)
+    return found
+
+
+def firing_alerts(alertmanager_url: str, node: str) -> List[str]:
+    return sorted(alert_starts(alertmanager_url, node))
+
+
+def _epoch(stamp: Optional[str]) -> float:
+    """Alertmanager's RFC 3339 time (nanosecond fraction, Z) in epoch seconds; now when unreadable."""
+    import datetime
+
+    try:
+        text = (stamp or "").replace("Z", "+00:00")
+        head, _sep, tail = text.partition(".")
+        if tail:  # Python's fromisoformat takes at most 6 fraction digits
+            digits = "".join(c for c in tail if c.isdigit())
+            text = head + "." + digits[:6] + tail[len(digits):]
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return time.time()
 
 
 def breaker_tripped(core_v1: Any, namespace: str) -> bool:
@@ -54,7 +94,8 @@ def breaker_tripped(core_v1: Any, namespace: str) -> bool:
     return bool(state.get("tripped"))
 
 
-def detection_value(prometheus_url: str, detection: Mapping[str, Any], node: str, params: Mapping[str, Any]) -> Optional[float]:
+def detection_value(prometheus_url: str, detection: Mapping[str, Any], node: str,
+                    params: Mapping[str, Any]) -> Optional[float]:
     return prometheus_value(prometheus_url, detection["query"].format(node=node, **params))
 
 
@@ -88,7 +129,7 @@ class Probes:
         if node not in found:
             return "node gone from Slurm (replaced)"
         current = found[node]
-        states = (current.state,) + tuple(current.flags)
+        states = (current.state, *current.flags)
         if any(s in FENCED_STATES for s in states):
             return "%s (%s)" % ("+".join(states), current.reason or "no reason")
         return None
@@ -97,112 +138,173 @@ class Probes:
         return next((j for j in self.slurm.jobs() if j.job_id == str(job_id)), None) if job_id else None
 
 
+class LoopWatch:
+    """One observation: each ``look_*`` checks one loop step once and decides it when seen."""
+
+    def __init__(self, request: Mapping[str, Any], probes: Probes) -> None:
+        self.request = request
+        self.probes = probes
+        self.nodes: List[str] = list(request["nodes"])
+        self.expect: Mapping[str, Any] = request["expectations"]
+        self.deadlines: Mapping[str, float] = request["deadlines"]
+        self.params: Mapping[str, Any] = request.get("params") or {}
+        self.baseline: Mapping[str, Any] = request.get("baseline") or {}
+        self.injected_at: float = request["injected_at"]
+        self.job_id = request.get("protected_job")
+        self.detection = self.expect.get("detection")
+        self.alert_names = list(self.expect.get("alerts") or [])
+        self.decided: Dict[str, Dict[str, Any]] = {}
+        self.last: Dict[str, str] = {}
+        self.recovered: Dict[str, Any] = {}
+        self.events: List[Dict[str, Any]] = [{"name": "inject", "at": self.injected_at, "detail": "%s on %s" % (
+            request.get("experiment"), ", ".join(self.nodes))}]
+        self.expected = {
+            "detected": self.detection["what"] if self.detection else "",
+            "alerted": ("alerts %s for %s" % (", ".join(self.alert_names), ", ".join(self.nodes)))
+            if self.alert_names else "any alert about %s (no rule is known to cover this fault)" % ", ".join(
+                self.nodes),
+            "scheduler": "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
+            "recovered": "job %s requeued, RUNNING on a healthy node, resumed from its checkpoint" % self.job_id
+            if self.expect.get("requeues") else "job %s keeps running" % self.job_id,
+        }
+
+    def decide(self, name: str, verdict: str, observed: str, at: Optional[float], expected: str = "") -> None:
+        self.decided[name] = scoring.step(name, verdict, expected or self.expected[name], observed,
+                                          self.deadlines[name], at, self.injected_at)
+
+    def event(self, name: str, at: float, detail: str) -> None:
+        self.events.append({"name": name, "at": at, "detail": detail})
+
+    def decide_up_front(self) -> None:
+        """Steps the fault should not cause, or that nothing here can see."""
+        if self.detection is None:
+            self.decide("detected", "not_observable", "nothing to watch: the health agent has no metric for this "
+                        "fault", None, "no agent metric covers %s" % self.request.get("experiment"))
+        if not self.expect.get("fences"):
+            self.decide("scheduler", "skipped", "not expected", None, "no fence: the fault is not fatal")
+        if self.expect.get("requeues") and not self.job_id:
+            self.decide("recovered", "not_observable", "no protected job was given (protected_job)", None)
+        elif not self.job_id:
+            self.decide("recovered", "skipped", "not expected", None, "no protected job given and none needed")
+
+    def look_detected(self, now: float) -> None:
+        if not self.probes.prometheus_url:
+            return
+        detection = self.detection
+        values = {n: detection_value(self.probes.prometheus_url, detection, n, self.params) for n in self.nodes}
+        self.last["detected"] = "%s = %s" % (detection["what"], list(values.values()))
+        rise = detection["mode"] == "rise"
+
+        def seen(node: str, value: Optional[float]) -> bool:
+            if value is None:
+                return False
+            return value > (self.baseline.get("detection", {}).get(node) or 0.0) if rise else \
+                value >= detection["threshold"]
+
+        if not all(seen(n, v) for n, v in values.items()):
+            return
+        at = now
+        if len(self.nodes) == 1:
+            node = self.nodes[0]
+            level = (self.baseline.get("detection", {}).get(node) or 0.0) if rise else detection["threshold"]
+            exact = first_above(self.probes.prometheus_url, detection["query"].format(node=node, **self.params),
+                                self.injected_at, now, level, rise)
+            at = exact if exact is not None and self.injected_at <= exact <= now else now
+        self.decide("detected", "pass", self.last["detected"], at)
+        self.event("detect", at, self.last["detected"])
+
+    def look_alerted(self, now: float) -> None:
+        if not self.probes.alertmanager_url:
+            return
+        starts = {}
+        for node in self.nodes:
+            before = self.baseline.get("alerts", {}).get(node) or []
+            found = alert_starts(self.probes.alertmanager_url, node)
+            starts[node] = {a: t for a, t in found.items() if a not in before}
+        self.last["alerted"] = "; ".join("%s: %s" % (n, ", ".join(sorted(a)) or "none") for n, a in starts.items())
+        if self.alert_names:
+            ok = all(set(self.alert_names) <= set(found) for found in starts.values())
+        else:
+            ok = all(starts.values())
+        if not ok:
+            return
+        # The alert's own startsAt: when Prometheus fired it, not when this loop looked.
+        wanted = [t for found in starts.values() for name, t in found.items()
+                  if not self.alert_names or name in self.alert_names]
+        at = max(wanted) if wanted and all(self.injected_at - 1 <= t <= now for t in wanted) else now
+        self.decide("alerted", "pass", self.last["alerted"], at)
+        self.event("alert", at, self.last["alerted"])
+
+    def look_scheduler(self, now: float) -> None:
+        states = {}
+        for node in self.nodes:
+            kube = self.probes.kube_fenced(node) if self.probes.core_v1 is not None else "n/a"
+            states[node] = (self.probes.slurm_fenced(node), kube)
+        self.last["scheduler"] = "; ".join("%s: Slurm %s, Kubernetes %s" % (n, s or "not fenced", k or "schedulable")
+                                           for n, (s, k) in states.items())
+        if all(s and k for s, k in states.values()):
+            self.decide("scheduler", "pass", self.last["scheduler"], now)
+            self.event("quarantine", now, self.last["scheduler"])
+
+    def look_recovered(self, now: float) -> None:
+        job = self.probes.job(self.job_id)
+        state = job.state if job is not None else "not in the queue"
+        if not self.expect.get("requeues"):
+            self.last["recovered"] = "job %s %s" % (self.job_id, state)
+            if job is not None and job.state == "RUNNING":
+                self.decide("recovered", "pass", self.last["recovered"], now)
+            return
+        output = self.request.get("protected_output")
+        self.recovered = scoring.recovery(self.probes.read_text(output) if output else "", self.injected_at)
+        where = job.batch_host if job is not None else None
+        resumed = self.recovered.get("resumed")
+        self.last["recovered"] = "job %s %s on %s; %s" % (
+            self.job_id, state, where or "-",
+            "resumed at step %s" % self.recovered.get("resumed_step") if resumed else "no resume yet")
+        if job is None or job.state != "RUNNING" or where in self.nodes or not resumed:
+            return
+        if self.recovered.get("interrupted_at"):
+            self.event("requeue", self.recovered["interrupted_at"], "job %s" % self.job_id)
+        self.event("resume", self.recovered["resumed_at"], "job %s on %s from step %s" % (
+            self.job_id, where, self.recovered["resumed_step"]))
+        self.decide("recovered", "pass", self.last["recovered"], self.recovered["resumed_at"])
+
+    def miss_deadlines(self, now: float) -> None:
+        for name in LOOP_STEPS:
+            if name not in self.decided and now - self.injected_at > self.deadlines[name]:
+                self.decide(name, "fail", "deadline %ss missed; last seen: %s" % (
+                    self.deadlines[name], self.last.get(name, "nothing")), None)
+
+
 def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], float] = time.time,
             sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
-    nodes: List[str] = list(request["nodes"])
-    expect: Mapping[str, Any] = request["expectations"]
-    deadlines: Mapping[str, float] = request["deadlines"]
-    params: Mapping[str, Any] = request.get("params") or {}
-    baseline: Mapping[str, Any] = request.get("baseline") or {}
-    injected_at: float = request["injected_at"]
-    job_id = request.get("protected_job")
-    output = request.get("protected_output")
-    decided: Dict[str, Dict[str, Any]] = {}
-    events: List[Dict[str, Any]] = [{"name": "inject", "at": injected_at, "detail": "%s on %s" % (
-        request.get("experiment"), ", ".join(nodes))}]
-    last: Dict[str, str] = {}
-    recovered: Dict[str, Any] = {}
+    watch = LoopWatch(request, probes)
+    watch.decide_up_front()
     aborted: Optional[str] = None
-    detection = expect.get("detection")
-    breaker_at_start = bool(baseline.get("breaker_tripped"))
-
-    def decide(name: str, verdict: str, expected: str, observed: str, at: Optional[float]) -> None:
-        decided[name] = scoring.step(name, verdict, expected, observed, deadlines[name], at, injected_at)
-
-    # Steps that the fault should not cause, or that nothing here can see, are decided up front.
-    if detection is None:
-        decide("detected", "not_observable", "no agent metric covers %s" % request.get("experiment"),
-               "nothing to watch: the health agent has no metric for this fault", None)
-    if not expect.get("fences"):
-        decide("scheduler", "skipped", "no fence: the fault is not fatal", "not expected", None)
-    if expect.get("requeues") and not job_id:
-        decide("recovered", "not_observable", "the protected job resumes from its checkpoint",
-               "no protected job was given (protected_job)", None)
-    elif not job_id:
-        decide("recovered", "skipped", "no protected job given and none needed", "not expected", None)
-    alert_names = list(expect.get("alerts") or [])
-    expected_alerts = ("alerts %s for %s" % (", ".join(alert_names), ", ".join(nodes))) if alert_names else \
-        "any alert about %s (no rule is known to cover this fault)" % ", ".join(nodes)
-
-    while len(decided) < len(LOOP_STEPS):
+    breaker_at_start = bool(watch.baseline.get("breaker_tripped"))
+    looks = {"detected": watch.look_detected, "alerted": watch.look_alerted, "scheduler": watch.look_scheduler,
+             "recovered": watch.look_recovered}
+    while len(watch.decided) < len(LOOP_STEPS):
         now = clock()
         if probes.core_v1 is not None and not breaker_at_start and breaker_tripped(probes.core_v1, probes.namespace):
             aborted = "the remediation circuit breaker tripped during the drill"
             break
-        if "detected" not in decided and probes.prometheus_url:
-            values = [detection_value(probes.prometheus_url, detection, n, params) for n in nodes]
-            last["detected"] = "%s = %s" % (detection["what"], values)
-            hit = all(v is not None and (v > (baseline.get("detection", {}).get(n) or 0.0) if detection["mode"] == "rise"
-                                         else v >= detection["threshold"]) for n, v in zip(nodes, values))
-            if hit:
-                decide("detected", "pass", detection["what"], last["detected"], now)
-                events.append({"name": "detect", "at": now, "detail": last["detected"]})
-        if "alerted" not in decided and probes.alertmanager_url:
-            firing = {n: [a for a in firing_alerts(probes.alertmanager_url, n)
-                          if a not in (baseline.get("alerts", {}).get(n) or [])] for n in nodes}
-            last["alerted"] = "; ".join("%s: %s" % (n, ", ".join(a) or "none") for n, a in firing.items())
-            ok = all(set(alert_names) <= set(a) for a in firing.values()) if alert_names else \
-                all(firing.values())
-            if ok:
-                decide("alerted", "pass", expected_alerts, last["alerted"], now)
-                events.append({"name": "alert", "at": now, "detail": last["alerted"]})
-        if "scheduler" not in decided:
-            states = {n: (probes.slurm_fenced(n), probes.kube_fenced(n) if probes.core_v1 is not None else "n/a")
-                      for n in nodes}
-            last["scheduler"] = "; ".join("%s: Slurm %s, Kubernetes %s" % (n, s or "not fenced", k or "schedulable")
-                                          for n, (s, k) in states.items())
-            if all(s and k for s, k in states.values()):
-                decide("scheduler", "pass", "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
-                       last["scheduler"], now)
-                events.append({"name": "quarantine", "at": now, "detail": last["scheduler"]})
-        if "recovered" not in decided:
-            job = probes.job(job_id)
-            text = probes.read_text(output) if output else ""
-            if expect.get("requeues"):
-                recovered = scoring.recovery(text, injected_at)
-                where = job.batch_host if job is not None else None
-                last["recovered"] = "job %s %s on %s; %s" % (
-                    job_id, job.state if job else "unknown", where or "-",
-                    "resumed at step %s" % recovered.get("resumed_step") if recovered.get("resumed") else "no resume yet")
-                if job is not None and job.state == "RUNNING" and where not in nodes and recovered.get("resumed"):
-                    if recovered.get("interrupted_at"):
-                        events.append({"name": "requeue", "at": recovered["interrupted_at"], "detail": "job %s" % job_id})
-                    events.append({"name": "resume", "at": recovered["resumed_at"], "detail": "job %s on %s from step %s"
-                                   % (job_id, where, recovered["resumed_step"])})
-                    decide("recovered", "pass", "job %s requeued, RUNNING on a healthy node, resumed from its checkpoint"
-                           % job_id, last["recovered"], recovered["resumed_at"])
-            else:
-                last["recovered"] = "job %s %s" % (job_id, job.state if job else "gone")
-                if job is not None and job.state == "RUNNING":
-                    decide("recovered", "pass", "job %s keeps running" % job_id, last["recovered"], now)
         for name in LOOP_STEPS:
-            if name not in decided and now - injected_at > deadlines[name]:
-                decide(name, "fail", {"detected": detection and detection["what"], "alerted": expected_alerts,
-                                      "scheduler": "Slurm DRAIN/DOWN and a cordon",
-                                      "recovered": "job %s resumed elsewhere" % job_id}[name] or "",
-                       "deadline %ss missed; last seen: %s" % (deadlines[name], last.get(name, "nothing")), None)
-        if len(decided) < len(LOOP_STEPS):
+            if name not in watch.decided:
+                looks[name](now)
+        watch.miss_deadlines(now)
+        if len(watch.decided) < len(LOOP_STEPS):
             sleep(float(request.get("poll_s") or 1.0))
-    steps = [decided.get(name) or scoring.step(name, "fail", "", "not observed: %s" % (aborted or "?"),
-                                               deadlines[name], None, injected_at) for name in LOOP_STEPS]
-    findings = ["%s: %s" % (s["step"], s["observed"]) for s in steps if s["verdict"] in ("fail", "not_observable")]
+    steps = [watch.decided.get(name) or scoring.step(name, "fail", watch.expected[name], "not observed: %s" % aborted,
+                                                     watch.deadlines[name], None, watch.injected_at)
+             for name in LOOP_STEPS]
     return {
         "steps": steps,
-        "events": events,
-        "metrics": scoring.metrics(steps, recovered),
-        "gaps": scoring.gaps(steps, request.get("experiment") or "", expect),
-        "findings": findings,
+        "events": watch.events,
+        "metrics": scoring.metrics(steps, watch.recovered),
+        "gaps": scoring.gaps(steps, request.get("experiment") or "", watch.expect),
+        "findings": ["%s: %s" % (s["step"], s["observed"]) for s in steps
+                     if s["verdict"] in ("fail", "not_observable")],
         "aborted": aborted,
-        "recovery": recovered,
+        "recovery": watch.recovered,
     }
-

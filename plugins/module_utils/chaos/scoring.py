@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-SCHEMA = "gpufleet.drill/v1"
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID
+
+SCHEMA = SCHEMA_ID
 _LINE = re.compile(r"^(?P<event>[a-z_]+) time=(?P<time>[0-9.]+)(?P<rest>.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
 
@@ -120,8 +122,8 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
             findings.append("phase %s failed: %s" % (phase["phase"], (phase.get("detail") or {}).get("error", "")))
     for fault in faults:
         if fault.get("rollback") != "done":
-            findings.append("fault %s on %s was not rolled back (%s)" % (fault["id"], fault.get("node"),
-                                                                          fault.get("rollback")))
+            findings.append("fault %s on %s was not rolled back (%s)" % (
+                fault["id"], fault.get("node"), fault.get("rollback")))
     events = sorted(observed.get("events") or [], key=lambda e: e["at"])
     for fault in faults:
         if fault.get("rolled_back_at"):

@@ -13,12 +13,25 @@ heals itself:
   exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL). The lab's slurm.conf lists 75
   in ``RequeueExit``, so Slurm puts the job back in the queue by itself;
 * on start it resumes from the newest checkpoint that passes its checksum and
-  skips corrupt or truncated ones.
+  skips corrupt or truncated ones, and names each leftover temporary file of an
+  interrupted save (``skip_partial``) without trusting or deleting it;
+* a save that fails (ENOSPC on a full volume, EROFS on a read-only one, EIO)
+  does not end the job: the temporary file is removed, ``checkpoint_failed``
+  names the last good checkpoint, nothing is pruned (that one must survive),
+  and the next checkpoint step tries again. On SIGTERM it still exits 75, and
+  the requeued run resumes from the last good checkpoint.
+
+Drills use two knobs: ``--checkpoint-write-seconds`` makes each save slow (half
+the bytes, fsync, a pause, the rest), so a SIGKILL can land while a checkpoint
+is being written; ``--checkpoint-pad-bytes`` makes checkpoints as large as a
+real one, so a volume fills the way it would.
 
 Each line it prints is ``<event> key=value ...`` so drills can parse it:
-``resume step=120 from=ckpt-000000120.json``, ``step step=121 ...``,
-``checkpoint step=150 ...``, ``interrupted step=163 signal=SIGTERM ...``, ``done step=1000 ...``
-(a first run starts with ``start step=0``).
+``resume step=120 source=ckpt-000000120.json``, ``step step=121 ...``,
+``checkpoint_begin step=150 file=ckpt-000000150.json``, ``checkpoint step=150 ...``,
+``checkpoint_failed step=200 reason=ENOSPC kept=ckpt-000000150.json``,
+``interrupted step=163 signal=SIGTERM ...``, ``done step=1000 ...`` (a first run starts with
+``start step=0``; a resume first names what it skipped: ``skip_checkpoint``, ``skip_partial``).
 
 Standard library only: it runs inside sbatch with whatever Python the node has.
 """
@@ -27,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -36,7 +50,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 EXIT_DONE = 0
 EXIT_ERROR = 1
@@ -47,6 +61,8 @@ EXIT_REQUEUE = 75
 CHECKPOINT_PREFIX = "ckpt-"
 CHECKPOINT_SUFFIX = ".json"
 CHECKPOINT_FORMAT = 1
+# The temporary file of a save in progress: hidden, so it never matches a checkpoint.
+PARTIAL_GLOB = "." + CHECKPOINT_PREFIX + "*.tmp"
 INITIAL_STATE = hashlib.sha256(b"gpufleet train_sim").hexdigest()
 
 
@@ -81,8 +97,11 @@ def checkpoint_name(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step:09d}{CHECKPOINT_SUFFIX}"
 
 
-def encode_checkpoint(current: TrainingState, rounds: int) -> bytes:
+def encode_checkpoint(current: TrainingState, rounds: int, pad_bytes: int = 0) -> bytes:
     payload = {"format": CHECKPOINT_FORMAT, "step": current.step, "state": current.state, "rounds": rounds}
+    if pad_bytes > 0:
+        # Inside the checksummed payload: padding that was cut short is caught like any other damage.
+        payload["pad"] = "0" * pad_bytes
     return (json.dumps({"payload": payload, "sha256": _payload_checksum(payload)}, sort_keys=True) + "\n").encode()
 
 
@@ -104,21 +123,58 @@ def decode_checkpoint(raw: bytes, rounds: int) -> TrainingState:
     # A checkpoint made with other work per step would resume into a different trajectory.
     if payload.get("rounds") != rounds:
         raise CorruptCheckpoint(f"made with --hash-rounds {payload.get('rounds')!r}, not {rounds}")
+    pad = payload.get("pad", "")
+    if not isinstance(pad, str) or pad.strip("0"):
+        raise CorruptCheckpoint("bad padding")
+    unknown = sorted(set(payload) - {"format", "step", "state", "rounds", "pad"})
+    if unknown:
+        raise CorruptCheckpoint(f"unknown fields {','.join(unknown)}")
     step, state = payload.get("step"), payload.get("state")
     if not isinstance(step, int) or step < 0 or not isinstance(state, str) or len(state) != 64:
         raise CorruptCheckpoint("bad step or state")
     return TrainingState(step=step, state=state)
 
 
-def write_checkpoint(directory: Path, current: TrainingState, rounds: int) -> Path:
-    """Write atomically: readers see the old set of files or the new one, never half a file."""
+def partial_name(final: Path) -> str:
+    return f".{final.name}.{os.getpid()}.tmp"
+
+
+def write_checkpoint(
+    directory: Path,
+    current: TrainingState,
+    rounds: int,
+    pad_bytes: int = 0,
+    write_seconds: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Path:
+    """Write atomically: readers see the old set of files or the new one, never half a file.
+
+    With ``write_seconds`` the first half of the bytes is made durable, then the save pauses:
+    a job killed in that window leaves only the hidden temporary file, as a job killed in the
+    middle of a real multi-gigabyte save would. An OSError removes the temporary file (when it
+    can) and propagates.
+    """
     final = directory / checkpoint_name(current.step)
-    tmp = directory / f".{final.name}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(encode_checkpoint(current, rounds))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, final)
+    tmp = directory / partial_name(final)
+    raw = encode_checkpoint(current, rounds, pad_bytes)
+    try:
+        with open(tmp, "wb") as handle:
+            if write_seconds > 0:
+                half = len(raw) // 2
+                handle.write(raw[:half])
+                handle.flush()
+                os.fsync(handle.fileno())
+                sleep(write_seconds)
+                handle.write(raw[half:])
+            else:
+                handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     # The rename itself is only durable once the directory entry is on disk.
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
@@ -149,6 +205,15 @@ def newest_valid_checkpoint(
             continue
         return current, path
     return None, None
+
+
+def partial_files(directory: Path) -> list[Path]:
+    """Temporary files that saves left behind when they were killed, oldest name first."""
+    return sorted(directory.glob(PARTIAL_GLOB))
+
+
+def errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno, "OSError") if exc.errno is not None else type(exc).__name__
 
 
 def prune_checkpoints(directory: Path, keep: int) -> None:
@@ -215,27 +280,72 @@ class RunConfig:
     step_seconds: float
     hash_rounds: int
     keep: int
+    checkpoint_write_seconds: float = 0.0
+    checkpoint_pad_bytes: int = 0
+
+
+class _Quiet:
+    def event(self, name: str, **fields: object) -> None:
+        pass
+
+
+def save_checkpoint(config: RunConfig, current: TrainingState, log: Logger) -> Optional[Path]:
+    """One save; None when it failed (logged as ``checkpoint_failed``), the job goes on either way.
+
+    Pruning happens only after a save that succeeded: after a failed one, the newest valid
+    checkpoint may be the only good one left.
+    """
+    final = config.checkpoint_dir / checkpoint_name(current.step)
+    log.event("checkpoint_begin", step=current.step, file=final.name)
+    try:
+        path = write_checkpoint(
+            config.checkpoint_dir,
+            current,
+            config.hash_rounds,
+            pad_bytes=config.checkpoint_pad_bytes,
+            write_seconds=config.checkpoint_write_seconds,
+        )
+    except OSError as exc:
+        _good, kept = newest_valid_checkpoint(config.checkpoint_dir, config.hash_rounds, _Quiet())
+        fields: dict = {"step": current.step, "reason": errno_name(exc), "kept": kept.name if kept else "-"}
+        tmp = config.checkpoint_dir / partial_name(final)
+        if tmp.exists():
+            fields["left"] = tmp.name  # e.g. a volume that went read-only mid-write
+        log.event("checkpoint_failed", **fields)
+        return None
+    prune_checkpoints(config.checkpoint_dir, config.keep)
+    return path
 
 
 def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # A save killed mid-write leaves its hidden temporary file; it is never a checkpoint.
+    for partial in partial_files(config.checkpoint_dir):
+        log.event("skip_partial", file=partial.name)
     current, source = newest_valid_checkpoint(config.checkpoint_dir, config.hash_rounds, log)
     if current is None:
         current = TrainingState(step=0, state=INITIAL_STATE)
         log.event("start", step=0, steps=config.steps)
+        saved_name = "-"
     else:
         log.event("resume", step=current.step, source=source.name if source else "-", steps=config.steps)
+        saved_name = source.name if source else "-"
     last_saved = current.step
     while current.step < config.steps:
         if stop.signal_name is not None:
             if current.step != last_saved:
-                write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
-                prune_checkpoints(config.checkpoint_dir, config.keep)
+                path = save_checkpoint(config, current, log)
+                if path is not None:
+                    saved_name = path.name
+                else:
+                    # The requeued run resumes from the last good checkpoint and redoes the steps since.
+                    _good, kept = newest_valid_checkpoint(config.checkpoint_dir, config.hash_rounds, _Quiet())
+                    saved_name = kept.name if kept else "-"
             log.event(
                 "interrupted",
                 step=current.step,
                 signal=stop.signal_name,
-                checkpoint=checkpoint_name(current.step),
+                checkpoint=saved_name,
                 exit=EXIT_REQUEUE,
             )
             return EXIT_REQUEUE
@@ -243,16 +353,18 @@ def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
         current = current.advance(config.hash_rounds)
         log.event("step", step=current.step, state=current.state[:16])
         if current.step % config.checkpoint_every == 0:
-            path = write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
-            prune_checkpoints(config.checkpoint_dir, config.keep)
-            last_saved = current.step
-            log.event("checkpoint", step=current.step, file=path.name)
+            path = save_checkpoint(config, current, log)
+            if path is not None:
+                last_saved = current.step
+                saved_name = path.name
+                log.event("checkpoint", step=current.step, file=path.name)
         remaining = config.step_seconds - (time.monotonic() - began)
         if remaining > 0:
             stop.pause(remaining)
-    if current.step != last_saved:
-        write_checkpoint(config.checkpoint_dir, current, config.hash_rounds)
-        prune_checkpoints(config.checkpoint_dir, config.keep)
+    if current.step != last_saved and save_checkpoint(config, current, log) is None:
+        # The work is done but its result is not on disk: a failed job, not a finished one.
+        log.event("error", step=current.step, reason="final_checkpoint_failed")
+        return EXIT_ERROR
     log.event("done", step=current.step, state=current.state)
     return EXIT_DONE
 
@@ -261,6 +373,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -289,6 +408,19 @@ def parse_args(argv: list[str]) -> RunConfig:
         help="SHA-256 rounds per step, the step's real work (default 2000, about 1-3 ms)",
     )
     parser.add_argument("--keep", type=_positive_int, default=3, help="checkpoints to keep (default 3)")
+    parser.add_argument(
+        "--checkpoint-write-seconds",
+        type=_non_negative_float,
+        default=0.0,
+        help="pause in the middle of each save, after half the bytes are on disk, so a drill can kill "
+        "the job mid-write (default 0)",
+    )
+    parser.add_argument(
+        "--checkpoint-pad-bytes",
+        type=_non_negative_int,
+        default=0,
+        help="padding added to every checkpoint, so a volume fills like it would with real ones (default 0)",
+    )
     args = parser.parse_args(argv)
     return RunConfig(
         checkpoint_dir=args.checkpoint_dir,
@@ -297,6 +429,8 @@ def parse_args(argv: list[str]) -> RunConfig:
         step_seconds=args.step_seconds,
         hash_rounds=args.hash_rounds,
         keep=args.keep,
+        checkpoint_write_seconds=args.checkpoint_write_seconds,
+        checkpoint_pad_bytes=args.checkpoint_pad_bytes,
     )
 
 

@@ -1,9 +1,10 @@
 """The remediation loop against the lab's real parts: kube-apiserver with kwok nodes, slurmctld and
 slurmd, the health agents, Prometheus, Alertmanager, ansible-rulebook and ansible-playbook.
 
-The test lab runs with self-healing off, so that other tests' injected faults are not remediated;
-the end-to-end test turns it on for its run. The other tests run playbooks/remediate-node.yml
-directly, as the rulebook would.
+The test lab runs with self-healing off, so that other tests' injected faults are not remediated.
+These tests run playbooks/remediate-node.yml directly, as the rulebook would. The end-to-end path
+(alert -> rulebook -> playbook -> job resumed on a replacement) runs once in the suite, as the
+XID 79 chaos drill: tests/integration/chaos/test_drill_end_to_end.py.
 """
 
 from __future__ import annotations
@@ -198,104 +199,6 @@ def test_a_pdb_that_blocks_the_drain_is_reported_and_the_node_stays_fenced(fleet
         assert fleet.slurm_node(node)["State"].startswith("DOWN")
     finally:
         api.delete_namespace(namespace)
-        fleet.heal(node)
-
-
-def test_end_to_end_xid79_alert_to_job_resumed_on_a_healthy_node(fleet, tmp_path):
-    """Alert -> rulebook -> playbook: fence, SIGTERM + checkpoint + requeue, quarantine, drain, replace."""
-    lab = fleet.lab
-    # A fault an earlier test left would be remediated the moment the rulebook starts.
-    wait_for(lambda: not firing_alerts("GpuNodeFatal"), 60, what="no GpuNodeFatal left from an earlier test")
-    enabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": True})
-    assert enabled.rc == 0, enabled.output[-3000:]
-    job, node = fleet.submit_train_sim(tmp_path / "job")
-    seen = {"down": None, "cordoned": None}
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            slurm = fleet.slurm_node(node) if seen["down"] is None else {}
-            if slurm.get("State", "").startswith("DOWN") and "gpufleet: Xid79" in slurm.get("Reason", ""):
-                seen["down"] = (time.time(), slurm["Reason"])
-            kube = fleet.kube_node(node) if seen["cordoned"] is None else None
-            if (
-                kube
-                and kube["spec"].get("unschedulable")
-                and any(t["key"] == "gpufleet.io/gpu-unhealthy" for t in kube["spec"].get("taints") or [])
-            ):
-                seen["cordoned"] = time.time()
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    injected = time.time()
-    try:
-        inject(lab, node, 45, 79)  # the 45 comes with the 79: the catalog ignores it
-        wait_for(
-            lambda: node in [a["labels"].get("node") for a in firing_alerts("GpuNodeFatal")],
-            30,
-            what="GpuNodeFatal for %s in Alertmanager" % node,
-        )
-        record = wait_for(
-            lambda: [r for r in fleet.audit(node) if r["started_at"] >= injected - 1],
-            300,
-            0.5,
-            what="the audit record of the remediation of %s" % node,
-        )[-1]
-        stop.set()
-        assert record["result"] == "succeeded", record
-        # The 45 alone makes the node degraded for an instant, so GpuNodeDegraded may be the alert
-        # that triggers; the remediation reads the node's condition, which has the 79 by then.
-        assert record["trigger"]["source"] == "alertmanager"
-        assert record["trigger"]["alert"] in ("GpuNodeFatal", "GpuNodeDegraded"), record["trigger"]
-        assert record["fault"]["reason"] == "Xid79" and record["plan"]["name"] == "RESTART_BM"
-        assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
-        assert seen["down"] and seen["cordoned"], seen
-        # The job: SIGTERM, checkpoint, requeue, and now RUNNING elsewhere, from its checkpoint.
-        fates = {j["job_id"]: j for j in record["jobs"]}
-        assert job in fates and fates[job]["signalled"], record["jobs"]
-
-        def running_elsewhere():
-            state = fleet.job(job)
-            moved = state.get("JobState") == "RUNNING" and state.get("BatchHost") != node
-            return state if moved and "\nresume time=" in Fleet.output(tmp_path / "job") else None
-
-        running = wait_for(
-            running_elsewhere,
-            60,
-            what="the job running again on another node",
-        )
-        assert int(running["Restarts"]) >= 1
-        out = Fleet.output(tmp_path / "job")
-        # train_sim: "interrupted step=N signal=SIGTERM" (checkpoint N written), then "resume step=N" after the requeue.
-        sigterm = int(re.search(r"interrupted time=\S+ step=(\d+) signal=SIGTERM", out).group(1))
-        first_run = out[: out.find("\nresume time=")]
-        checkpoints = [int(s) for s in re.findall(r"checkpoint time=\S+ step=(\d+)", first_run)]
-        resumed = int(re.search(r"resume time=\S+ step=(\d+)", out).group(1))
-        assert checkpoints and resumed >= max(checkpoints), (checkpoints, resumed)
-        assert resumed == sigterm, "steps lost beyond the SIGTERM checkpoint: %d" % (sigterm - resumed)
-        # The node is gone, a spare joined Kubernetes and Slurm.
-        replacement = next(s for s in record["timeline"] if s["phase"] == "replace")["outcome"]["replacement"]
-        assert replacement and fleet.kube_node(node) is None
-        spare = fleet.kube_node(replacement)
-        assert next(c for c in spare["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
-        assert fleet.slurm_node(replacement)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
-        print(
-            "\nE2E: injection -> Slurm DOWN %.1fs, -> cordon %.1fs, -> record %.1fs; phases %s"
-            % (
-                seen["down"][0] - injected,
-                seen["cordoned"] - injected,
-                record["finished_at"] - injected,
-                {s["phase"]: s["duration_s"] for s in record["timeline"]},
-            )
-        )
-    finally:
-        stop.set()
-        fleet.cancel(job)
-        disabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": False})
-        assert disabled.rc == 0, disabled.output[-3000:]
-        if fleet.kube_node(node) is None:
-            fleet.restore(node)
         fleet.heal(node)
 
 

@@ -278,6 +278,8 @@ class FakeProbes(observe.Probes):
 def test_observe_decides_each_step_by_its_deadline(monkeypatch):
     probes = FakeProbes({"fence_at": 5.0})
     monkeypatch.setattr(observe, "detection_value", lambda url, det, n, params: 1.0 if probes.clock >= 2 else 0.0)
+    # Prometheus's range query puts the crossing between two polls, before the loop saw it.
+    monkeypatch.setattr(observe, "first_above", lambda url, query, since, until, level, strict: 1.5)
 
     def sleep(seconds):
         probes.clock += seconds
@@ -291,6 +293,25 @@ def test_observe_decides_each_step_by_its_deadline(monkeypatch):
     verdicts = {s["step"]: s["verdict"] for s in seen["steps"]}
     # No Alertmanager URL: the alert is never seen, and that is a finding, not an exception.
     assert verdicts == {"detected": "pass", "alerted": "fail", "scheduler": "pass", "recovered": "not_observable"}
-    assert seen["metrics"]["time_to_detect_s"] == 2.0 and seen["metrics"]["time_to_quarantine_s"] == 5.0
+    assert seen["metrics"]["time_to_detect_s"] == 1.5 and seen["metrics"]["time_to_quarantine_s"] == 5.0
     assert [g["step"] for g in seen["gaps"]] == ["alerted"]
     assert [e["name"] for e in seen["events"]] == ["inject", "detect", "quarantine"]
+
+
+def test_the_watchdog_reinjects_dcgm_values_while_a_fault_is_active(monkeypatch):
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api
+
+    ran = []
+    monkeypatch.setattr(gpu_fault, "_run", ran.append)
+    entry = {"id": "f-1", "family": "gpu_fault", "state": "active", "injected_at": 100.0,
+             "spec": {"experiment": "gpu_ecc_dbe", "node": "n1", "params": {"gpu": 0}},
+             "undo": {"backends": ["dcgm"], "experiment": "gpu_ecc_dbe", "params": {"gpu": 0, "count": 1}}}
+    last = {}
+    api.reinject_expiring(entry, last, 110.0)
+    assert ran == []  # the injection itself was 10 s ago
+    api.reinject_expiring(entry, last, 131.0)
+    assert ran == [["dcgmi", "test", "--inject", "--gpuid", "0", "-f", "311", "-v", "1"]]
+    api.reinject_expiring(entry, last, 140.0)
+    assert len(ran) == 1
+    api.reinject_expiring(dict(entry, undo={"backends": ["nvml_sim"]}), {}, 500.0)
+    assert len(ran) == 1

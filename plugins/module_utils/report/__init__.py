@@ -1,0 +1,117 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Drill reports: the calls the drill_report and drill_history modules make, and the files they touch.
+
+The renderers (``junit``, ``markdown``, ``timeline_svg``, ``html_page``) and the comparison
+(``history``) are pure; this file is the only one of the package that reads or writes files. A report
+is rewritten only when its bytes change (temp file in the same directory, then rename), so a rerun is
+``changed=false`` and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report import (
+    document,
+    history,
+    html_page,
+    junit,
+    markdown,
+    timeline_svg,
+)
+
+
+def as_json(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+# format -> (file name suffix, renderer); the order is the order of the module's `files`.
+FORMATS: Dict[str, Tuple[str, Callable[[Mapping[str, Any]], str]]] = {
+    "json": (".json", as_json),
+    "junit": (".junit.xml", junit.render),
+    "markdown": (".md", markdown.render),
+    "html": (".html", html_page.render),
+    "svg": (".svg", timeline_svg.render),
+}
+
+
+def render(doc: Mapping[str, Any], formats: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+    """format -> (file name, text), after ``document.check``."""
+    document.check(doc)
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise FieldError("formats", "unknown %s; choose from %s" % (", ".join(unknown), ", ".join(FORMATS)))
+    return {name: ("drill-%s%s" % (doc["id"], FORMATS[name][0]), FORMATS[name][1](doc))
+            for name in FORMATS if name in formats}
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)  # mkstemp makes 0600; a report is for everyone who may read the directory
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def write_reports(doc: Mapping[str, Any], dest: str, formats: Sequence[str], check_mode: bool) -> Dict[str, Any]:
+    """Write the drill's reports into ``dest``; in check mode, only say which files would change."""
+    rendered = render(doc, formats)
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise FieldError("dest", "%s exists and is not a directory" % dest)
+    files, changed = {}, []
+    try:
+        if not check_mode:
+            os.makedirs(dest, exist_ok=True)
+        for name, (file_name, text) in rendered.items():
+            path = os.path.join(dest, file_name)
+            files[name] = path
+            data = text.encode("utf-8")
+            if _read(path) != data:
+                changed.append(path)
+                if not check_mode:
+                    write_atomic(path, data)
+    except OSError as exc:  # a read-only or foreign directory: the user fixes dest
+        raise FieldError("dest", "cannot write the reports: %s" % exc) from exc
+    return {"changed": bool(changed), "files": files, "changed_files": changed, "summary": document.summary(doc)}
+
+
+def read_drills(dest: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
+    """The drill documents in ``dest`` and the files that are not one (each with why)."""
+    if not os.path.isdir(dest):
+        raise FieldError("dest", "%s is not a directory of drill reports" % dest)
+    docs, unreadable = [], []
+    for path in sorted(glob.glob(os.path.join(glob.escape(dest), "drill-*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                docs.append(document.check(json.load(handle)))
+        except (OSError, ValueError) as exc:  # FieldError is a ValueError, as is a JSON syntax error
+            unreadable.append({"file": path, "why": str(exc)})
+    return docs, unreadable
+
+
+def drill_history(dest: str, experiment: str, last: int, tolerance: float) -> Dict[str, Any]:
+    docs, unreadable = read_drills(dest)
+    result = history.compare(docs, experiment, last, tolerance)
+    result["unreadable"] = unreadable
+    return result

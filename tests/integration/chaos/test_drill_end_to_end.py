@@ -1,0 +1,120 @@
+"""The XID 79 drill with the whole loop on: the drill injects, and the real self-healing loop
+(agent -> Prometheus -> Alertmanager -> ansible-rulebook -> remediate-node.yml) fences the node,
+lets the protected job checkpoint, requeues it, drains and replaces the node; the job resumes on a
+healthy node. The drill scores every step green and writes valid reports.
+
+This is the suite's one slow end-to-end path: it is also the remediation loop's end-to-end test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+from agent_probe import firing_alerts, wait_for
+from drill_probe import Drills, screenshot
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import DRILL_SCHEMA
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+REPLACE_PHASES = ["notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record"]
+
+
+def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
+    drills = Drills(lab)
+    drills.reset_state()
+    # A fault an earlier test left would be remediated the moment the rulebook starts.
+    wait_for(lambda: not firing_alerts("GpuNodeFatal"), 60, what="no GpuNodeFatal left from an earlier test")
+    enabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": True})
+    assert enabled.rc == 0, enabled.output[-3000:]
+    job, node = drills.submit_train_sim(tmp_path / "job")
+    drills.opt_in([node])
+    seen = {"down": None, "cordoned": None}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            slurm = drills.slurm_node(node) if seen["down"] is None else {}
+            if slurm.get("State", "").startswith("DOWN") and "gpufleet: Xid79" in slurm.get("Reason", ""):
+                seen["down"] = (time.time(), slurm["Reason"])
+            kube = drills.kube_node(node) if seen["cordoned"] is None else None
+            if kube and kube["spec"].get("unschedulable") and any(
+                    t["key"] == "gpufleet.io/gpu-unhealthy" for t in kube["spec"].get("taints") or []):
+                seen["cordoned"] = time.time()
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.time()
+    try:
+        result = drills.drill(
+            "gpu_xid", node, xid=79, gpu=2, protected_job=job, protected_output=str(tmp_path / "job" / "train.out"),
+            chaos_drill_deadlines={"detected": 30, "alerted": 30, "scheduler": 120, "recovered": 240},
+        )
+        stop.set()
+        assert result.rc == 0, result.output[-5000:]
+        document = drills.report(result)
+        # -- the drill: every loop step green, the times, no work lost beyond the checkpoint -------
+        steps = {s["step"]: s["verdict"] for s in document["steps"]}
+        assert steps == {"detected": "pass", "alerted": "pass", "scheduler": "pass", "recovered": "pass"}, document
+        assert document["result"] == "passed" and not document["gaps"] and not document["findings"], document
+        metrics = document["metrics"]
+        assert 0 <= metrics["time_to_detect_s"] <= metrics["time_to_alert_s"] <= metrics["time_to_recover_s"]
+        assert metrics["steps_lost"] == 0, metrics
+        names = [e["name"] for e in document["events"]]
+        for name in ("inject", "detect", "alert", "quarantine", "requeue", "resume", "rollback", "verify"):
+            assert name in names, names
+        assert all(f["rollback"] == "done" for f in document["faults"])
+        # -- the reports: JSON matches its schema, JUnit parses, the HTML embeds the timeline -------
+        base = drills.report_dir / ("drill-%s" % document["id"])
+        jsonschema.validate(json.loads(base.with_suffix(".json").read_text()), DRILL_SCHEMA)
+        suite = ET.parse(str(base) + ".junit.xml").getroot()
+        cases = [c.get("name") for c in suite.iter("testcase")]
+        assert {"detected", "alerted", "scheduler", "recovered"} <= set(cases)
+        assert not list(suite.iter("failure")), "a green drill has no JUnit failure"
+        html = base.with_suffix(".html").read_text()
+        assert 'id="timeline"' in html and "<svg" in html and "http://" not in html.replace("http://www.w3.org", "")
+        assert ET.fromstring(base.with_suffix(".svg").read_text()).tag.endswith("svg")
+        assert screenshot(base.with_suffix(".html"), tmp_path / "report.png") > 20000
+        # -- the remediation that answered the drill ----------------------------------------------
+        record = [r for r in drills.audit(node) if r["started_at"] >= started - 1][-1]
+        assert record["result"] == "succeeded", record
+        assert record["trigger"]["source"] == "alertmanager"
+        assert record["fault"]["reason"] == "Xid79" and record["plan"]["name"] == "RESTART_BM"
+        assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
+        assert seen["down"] and seen["cordoned"], seen
+        fates = {j["job_id"]: j for j in record["jobs"]}
+        assert job in fates and fates[job]["signalled"], record["jobs"]
+        state = drills.job(job)
+        assert state["JobState"] == "RUNNING" and state["BatchHost"] != node and int(state["Restarts"]) >= 1
+        out = Drills.output(tmp_path / "job")
+        # train_sim: "interrupted step=N signal=SIGTERM" (checkpoint N written), then "resume step=N".
+        sigterm = int(re.search(r"interrupted time=\S+ step=(\d+) signal=SIGTERM", out).group(1))
+        resumed = int(re.search(r"resume time=\S+ step=(\d+)", out).group(1))
+        assert resumed == sigterm, "steps lost beyond the SIGTERM checkpoint: %d" % (sigterm - resumed)
+        replacement = next(s for s in record["timeline"] if s["phase"] == "replace")["outcome"]["replacement"]
+        assert replacement and drills.kube_node(node) is None
+        spare = drills.kube_node(replacement)
+        assert next(c for c in spare["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+        assert drills.slurm_node(replacement)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
+        print("\nE2E drill %s: %.1fs; detect %.1fs alert %.1fs quarantine %.1fs recover %.1fs; steps lost %s; "
+              "remediation phases %s" % (
+                  document["id"], document["finished_at"] - document["started_at"], metrics["time_to_detect_s"],
+                  metrics["time_to_alert_s"], metrics["time_to_quarantine_s"], metrics["time_to_recover_s"],
+                  metrics["steps_lost"], {s["phase"]: s["duration_s"] for s in record["timeline"]}))
+    finally:
+        stop.set()
+        drills.cancel(job)
+        disabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": False})
+        assert disabled.rc == 0, disabled.output[-3000:]
+        if drills.kube_node(node) is None:
+            drills.restore(node)
+        drills.heal(node)
+        drills.opt_in([node], allowed=False)
+        drills.reset_state()

@@ -1,0 +1,168 @@
+"""Chaos drills against the lab's real parts: the safety rails, every experiment's inject ->
+detection -> rollback -> identical state, the kill switch, a killed controller, the expiry
+watchdog, and a drill that finds the gaps of a lab whose remediation is off.
+
+The test lab runs with self-healing off; the end-to-end XID 79 drill with the whole loop on is in
+test_drill_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+from agent_probe import wait_for
+from drill_probe import Drills, wait_equal
+from lab_harness import TEST_LAB_VARS
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+POOL_NODES = ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
+GPU_EXPERIMENTS = ["gpu_xid", "gpu_ecc_dbe", "gpu_ecc_sbe_storm", "gpu_retired_pages", "gpu_row_remap_failure",
+                   "gpu_thermal", "gpu_power", "gpu_nvlink", "gpu_fallen_off_bus", "gpu_burn"]
+# Short deadlines: these drills check detection and rollback; with self-healing off nothing fences.
+QUICK = {"chaos_drill_deadlines": {"detected": 30, "alerted": 20, "scheduler": 3, "recovered": 3},
+         "chaos_drill_verify_timeout": 60}
+
+
+@pytest.fixture(scope="module")
+def drills(lab):
+    drills = Drills(lab)
+    nodes = [n for n in POOL_NODES if drills.kube_node(n) is not None]
+    drills.opt_in(nodes)
+    yield drills
+    drills.stop(clear=True)
+    drills.opt_in(nodes, allowed=False)
+
+
+def test_refusals_and_dry_run_change_nothing(drills):
+    node = "gpu-a-001"
+    before = drills.node_snapshot(node)
+    ledger_before = drills.ledger().get("faults", {})
+    # No opt-in.
+    drills.opt_in([node], allowed=False)
+    refused = drills.drill("gpu_xid", node, **QUICK)
+    assert refused.rc != 0 and "has not opted in" in refused.output and "target" in refused.output
+    drills.opt_in([node])
+    # Over the blast radius: the whole pool is 100 %, the cap is 25 % (one node of four).
+    wide = drills.drill("gpu_xid", "gpufleet.io/pool=gpu-a", **QUICK)
+    assert wide.rc != 0 and "blast_radius" in wide.output
+    # No duration, or one over the cap.
+    too_long = drills.drill("gpu_xid", node, duration=7200, **QUICK)
+    assert too_long.rc != 0 and "duration" in too_long.output and "max_duration" in too_long.output
+    # Unknown experiment, bad knob: named, nothing done.
+    unknown = drills.drill("gpu_meltdown", node)
+    assert unknown.rc != 0 and "experiment" in unknown.output and "gpu_xid" in unknown.output
+    bad_knob = drills.drill("gpu_xid", node, xid="seventy-nine")
+    assert bad_knob.rc != 0 and "params.xid" in bad_knob.output
+    # The dry run prints the plan and changes nothing.
+    dry = drills.drill("gpu_xid", node, xid=79, dry_run=True)
+    assert dry.rc == 0, dry.output[-3000:]
+    assert "queue an NVML XID 79 event on GPU 0" in dry.output and "NVRM: Xid" in dry.output
+    assert drills.node_snapshot(node) == before
+    assert drills.ledger().get("faults", {}) == ledger_before
+    assert not drills.ledger().get("drills")
+
+
+def test_every_experiment_is_detected_and_rolled_back_to_the_same_state(drills):
+    nodes = POOL_NODES
+    todo = list(GPU_EXPERIMENTS)
+    results = {}
+
+    def run(experiment, node):
+        before = drills.node_snapshot(node)
+        started = time.monotonic()
+        result = drills.drill(experiment, node, duration=300, **QUICK)
+        return experiment, node, before, result, time.monotonic() - started
+
+    while todo:
+        batch = [(todo.pop(0), node) for node in nodes if todo]
+        with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+            for experiment, node, before, result, took in pool.map(lambda args: run(*args), batch):
+                assert result.rc == 0, "%s on %s:\n%s" % (experiment, node, result.output[-4000:])
+                document = drills.report(result)
+                after = wait_equal(lambda n=node: drills.node_snapshot(n), before, 60)
+                results[experiment] = (document, after == before, took)
+                assert after == before, "%s left %s changed: %r != %r" % (experiment, node, after, before)
+    lines = []
+    for experiment, (document, _same, took) in sorted(results.items()):
+        steps = {s["step"]: s["verdict"] for s in document["steps"]}
+        # Every GPU fault and the burn is observable in the lab: the agent's metric shows it.
+        assert steps["detected"] == "pass", (experiment, document["steps"])
+        assert all(f["rollback"] == "done" for f in document["faults"]) and document["faults"]
+        assert document["phases"][-1]["phase"] == "verify" and document["phases"][-1]["ok"], document["phases"]
+        if steps["alerted"] == "fail":
+            assert document["gaps"] and document["gaps"][0]["add"], document
+        lines.append("%s: %.1fs detect %ss alert %s (%s)" % (
+            experiment, took, document["metrics"]["time_to_detect_s"], document["metrics"]["time_to_alert_s"],
+            steps["alerted"]))
+    print("\nDRILLS: " + "; ".join(lines))
+    ledger = drills.ledger()
+    assert ledger.get("faults") == {} and ledger.get("drills") == {}
+
+
+def test_killed_controllers_kill_switch_and_watchdog_leave_nothing_behind(drills):
+    """Two drills, their ansible-playbook SIGKILLed mid-observation. One fault's duration is long:
+    chaos-stop.yml (the kill switch) rolls it back from the ledger and refuses new drills until it is
+    cleared. The other's is short and nobody comes back: the async watchdog rolls it back at expiry."""
+    long_node, short_node = "gpu-a-003", "gpu-a-004"
+    before = {node: drills.node_snapshot(node) for node in (long_node, short_node)}
+    patient = {"detected": 300, "alerted": 300, "scheduler": 300, "recovered": 300}
+    running = {long_node: drills.start_drill("gpu_ecc_dbe", long_node, duration=600, chaos_drill_deadlines=patient),
+               short_node: drills.start_drill("gpu_thermal", short_node, duration=25, chaos_drill_deadlines=patient)}
+    try:
+        def active(node):
+            return any(f.get("state") == "active" and f["node"] == node
+                       for f in drills.ledger().get("faults", {}).values())
+
+        for node in running:
+            wait_for(lambda n=node: active(n), 180, 0.5, what="the fault on %s active in the ledger" % node)
+        for process in running.values():
+            drills.kill(process)
+        for node in running:
+            assert drills.node_snapshot(node)["fake_gpus"] != before[node]["fake_gpus"], "the fault is still in place"
+        # Nobody comes back for the short one: its watchdog outlived the kill and rolls it back at expiry.
+        assert wait_equal(lambda: drills.node_snapshot(short_node), before[short_node], 90) == before[short_node]
+        # The long one: the kill switch.
+        stopped = drills.stop()
+        assert stopped.rc == 0, stopped.output[-3000:]
+        assert wait_equal(lambda: drills.node_snapshot(long_node), before[long_node], 60) == before[long_node]
+        ledger = drills.ledger()
+        assert ledger["kill_switch"]["on"] is True and ledger["faults"] == {}
+        by = {f["node"]: f["rolled_back_by"] for f in ledger["history"] if f["node"] in running}
+        assert by == {long_node: "kill_switch", short_node: "expiry"}, by
+        # While the kill switch is on, a new drill is refused before it touches anything.
+        refused = drills.drill("gpu_thermal", "gpu-a-001", **QUICK)
+        assert refused.rc != 0 and "kill switch" in refused.output
+    finally:
+        for process in running.values():
+            if process.poll() is None:
+                drills.kill(process)
+        cleared = drills.stop(clear=True)
+    assert cleared.rc == 0 and drills.ledger()["kill_switch"]["on"] is False
+    # The kill switch ended the killed drills; the watchdog ended its own after the expiry.
+    assert drills.ledger().get("drills") == {}
+
+
+def test_a_drill_against_a_lab_without_remediation_reports_the_gap(drills, tmp_path):
+    assert TEST_LAB_VARS["self_healing_enabled"] is False
+    job, node = drills.submit_train_sim(tmp_path / "job")
+    try:
+        output = str(tmp_path / "job" / "train.out")
+        result = drills.drill("gpu_xid", node, xid=79, protected_job=job, protected_output=output,
+                              chaos_drill_deadlines={"detected": 30, "alerted": 30, "scheduler": 10,
+                                                     "recovered": 10})
+        assert result.rc == 0, result.output[-4000:]
+        document = drills.report(result)
+        steps = {s["step"]: s["verdict"] for s in document["steps"]}
+        assert steps == {"detected": "pass", "alerted": "pass", "scheduler": "fail", "recovered": "fail"}, document
+        assert document["result"] == "failed"
+        gaps = {g["step"] for g in document["gaps"]}
+        assert gaps == {"scheduler", "recovered"} and "self_healing_enabled" in document["gaps"][0]["add"]
+        # The JUnit file says the same to a CI system.
+        junit = (drills.report_dir / ("drill-%s.junit.xml" % document["id"])).read_text()
+        assert junit.count("<failure") >= 2
+        assert drills.job(job)["JobState"] == "RUNNING", "the job was left alone on its node"
+    finally:
+        drills.cancel(job)
