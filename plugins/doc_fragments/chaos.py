@@ -11,7 +11,8 @@ options:
   kubeconfig:
     description:
       - Kubeconfig file; omit for the in-cluster service account.
-      - Without Kubernetes (bare metal) give O(ledger_file), and targets opt in through O(allowed_nodes).
+      - Without Kubernetes (bare metal) give O(ledger_file); targets then opt in through the inventory
+        (M(gpufleet.resilience.chaos_gate) option C(allowed_nodes)).
     type: path
   context:
     description: Kubeconfig context.

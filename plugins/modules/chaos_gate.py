@@ -40,7 +40,7 @@ options:
     type: str
     required: true
   params:
-    description: The experiment's knobs (docs/chaos.md), e.g. C({xid: 79, gpu: 3}).
+    description: "The experiment's knobs (docs/chaos.md), e.g. C({xid: 79, gpu: 3})."
     type: dict
     default: {}
   backend:

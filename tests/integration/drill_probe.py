@@ -41,7 +41,7 @@ class Drills(Fleet):
         )
 
     def stop(self, clear: bool = False) -> PlaybookResult:
-        return self.lab.playbook("chaos-stop.yml", extra={"chaos_stop_clear": clear, "chaos_stop_reason": "test"})
+        return self.lab.playbook("chaos-stop.yml", extra={"chaos_drill_stop_clear": clear, "chaos_drill_stop_reason": "test"})
 
     # -- opting in -----------------------------------------------------------------------------
     def opt_in(self, nodes: List[str], allowed: bool = True) -> None:

@@ -9,6 +9,8 @@ test_drill_end_to_end.py.
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
 import time
 
 import pytest
@@ -103,9 +105,10 @@ def test_every_experiment_is_detected_and_rolled_back_to_the_same_state(drills):
 
 
 def test_killed_controllers_kill_switch_and_watchdog_leave_nothing_behind(drills):
-    """Two drills, their ansible-playbook SIGKILLed mid-observation. One fault's duration is long:
-    chaos-stop.yml (the kill switch) rolls it back from the ledger and refuses new drills until it is
-    cleared. The other's is short and nobody comes back: the async watchdog rolls it back at expiry."""
+    """Two drills stopped mid-observation: one by Ctrl-C (SIGINT to its process group), whose fault's
+    duration is long - chaos-stop.yml (the kill switch) rolls it back from the ledger and refuses new
+    drills until it is cleared; the other by SIGKILL of its whole process tree, with a short duration
+    and nobody coming back - the async watchdog rolls it back at expiry."""
     long_node, short_node = "gpu-a-003", "gpu-a-004"
     before = {node: drills.node_snapshot(node) for node in (long_node, short_node)}
     patient = {"detected": 300, "alerted": 300, "scheduler": 300, "recovered": 300}
@@ -118,6 +121,8 @@ def test_killed_controllers_kill_switch_and_watchdog_leave_nothing_behind(drills
 
         for node in running:
             wait_for(lambda n=node: active(n), 180, 0.5, what="the fault on %s active in the ledger" % node)
+        os.killpg(running[long_node].pid, signal.SIGINT)  # Ctrl-C
+        running[long_node].wait(timeout=120)
         for process in running.values():
             drills.kill(process)
         for node in running:

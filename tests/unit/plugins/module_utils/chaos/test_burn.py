@@ -478,8 +478,8 @@ def test_revert_after_a_crash_mid_inject_finds_the_job_by_name() -> None:
 
 
 class StatusError(ApiException):
-    def __init__(self, status: int) -> None:  # pylint: disable=super-init-not-called
-        Exception.__init__(self, status)
+    def __init__(self, status: int) -> None:
+        super().__init__(status=status, reason="status %d" % status)
         self.status = status
         self.reason = "status %d" % status
         self.body = None
