@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Render the sample drill report that docs/chaos.md shows, from the unit tests' sample drill.
+"""Render the sample drill report that docs/chaos.md shows, from a real drill document.
+
+docs/chaos-sample-drill.json is the document of the XID 79 drill that the end-to-end test ran in the lab
+(tests/integration/chaos/test_drill_end_to_end.py), copied as it was written.
 
     python3 tools/render_sample_report.py            # rewrite docs/chaos-sample-report.html and its SVG
     python3 tools/render_sample_report.py --check    # exit 1 if the committed files are stale
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Dict
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "tests" / "unit" / "plugins" / "module_utils" / "report" / "sample_drill.json"
+SAMPLE = REPO / "docs" / "chaos-sample-drill.json"
 OUTPUTS = {
     "html": REPO / "docs" / "chaos-sample-report.html",
     "svg": REPO / "docs" / "images" / "chaos-sample-timeline.svg",

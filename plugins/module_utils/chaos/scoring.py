@@ -36,8 +36,12 @@ def recovery(text: str, since: float) -> Dict[str, Any]:
     steps of work lost (the last step done before the resume minus the step it resumed from)."""
     events = train_sim_events(text)
     resume_at = next((i for i, e in enumerate(events) if e["event"] == "resume" and e["time"] >= since), None)
-    interrupted = next((e for e in events if e["event"] in ("interrupted", "checkpoint_begin") and e["time"] >= since),
-                       None)
+    before_resume = events[:resume_at] if resume_at is not None else events
+    # The job left its node when it said so (SIGTERM: "interrupted"), or, killed without a word,
+    # at its last line before the resume.
+    interrupted = next((e for e in before_resume if e["event"] == "interrupted" and e["time"] >= since), None)
+    if interrupted is None and resume_at is not None and before_resume and before_resume[-1]["time"] >= since:
+        interrupted = before_resume[-1]
     if resume_at is None:
         return {"resumed": False, "interrupted_at": interrupted and interrupted["time"]}
     before = [int(e["step"]) for e in events[:resume_at] if "step" in e and e["step"].isdigit()]

@@ -315,3 +315,14 @@ def test_the_watchdog_reinjects_dcgm_values_while_a_fault_is_active(monkeypatch)
     assert len(ran) == 1
     api.reinject_expiring(dict(entry, undo={"backends": ["nvml_sim"]}), {}, 500.0)
     assert len(ran) == 1
+
+
+def test_recovery_of_a_job_killed_without_a_word():
+    text = ("checkpoint_begin time=101.0 step=20 file=ckpt-000000020.json\n"
+            "checkpoint time=101.5 step=20 file=ckpt-000000020.json\n"
+            "step time=104.0 step=25 state=ab\n"
+            "checkpoint_begin time=105.0 step=30 file=ckpt-000000030.json\n"
+            "resume time=120.0 step=20 source=ckpt-000000020.json steps=1000\n")
+    found = scoring.recovery(text, 100.0)
+    # A routine checkpoint is not the interruption; the last line before the resume is.
+    assert found["interrupted_at"] == 105.0 and found["resumed_step"] == 20 and found["steps_lost"] == 10

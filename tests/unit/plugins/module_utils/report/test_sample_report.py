@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""The sample report committed under docs/ is what tools/render_sample_report.py renders now."""
+"""The sample report committed under docs/ (a real lab drill) is what tools/render_sample_report.py renders now."""
 
 from __future__ import annotations
 
@@ -28,5 +28,5 @@ def test_the_committed_sample_report_is_current():
 def test_the_sample_report_is_the_passing_xid_79_drill():
     script = load_script()
     page = script.OUTPUTS["html"].read_text(encoding="utf-8")
-    assert "gpu_xid on gpu-a-003, PASSED" in page and '<div id="timeline">\n<svg ' in page
+    assert "gpu_xid on gpu-a-001, PASSED" in page and '<div id="timeline">\n<svg ' in page
     assert script.OUTPUTS["svg"].read_text(encoding="utf-8").startswith('<svg xmlns="http://www.w3.org/2000/svg"')
