@@ -69,6 +69,13 @@ options:
       recovered).
     type: dict
     default: {}
+  protected_job:
+    description: The Slurm job the drill protects; V(checkpoint_kill) kills this one unless C(params.job_id) names
+      another.
+    type: str
+  protected_output:
+    description: The protected job's output file (train_sim's event lines).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -120,6 +127,8 @@ def main():
             blast_radius=dict(type="dict", default={}),
             allowed_nodes=dict(type="list", elements="str", default=[]),
             deadlines=dict(type="dict", default={}),
+            protected_job=dict(type="str"),
+            protected_output=dict(type="path"),
         ),
         supports_check_mode=True,
     )

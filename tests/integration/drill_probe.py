@@ -41,7 +41,8 @@ class Drills(Fleet):
         )
 
     def stop(self, clear: bool = False) -> PlaybookResult:
-        return self.lab.playbook("chaos-stop.yml", extra={"chaos_drill_stop_clear": clear, "chaos_drill_stop_reason": "test"})
+        return self.lab.playbook("chaos-stop.yml",
+                                 extra={"chaos_drill_stop_clear": clear, "chaos_drill_stop_reason": "test"})
 
     # -- opting in -----------------------------------------------------------------------------
     def opt_in(self, nodes: List[str], allowed: bool = True) -> None:
@@ -60,6 +61,11 @@ class Drills(Fleet):
                 return {}
             raise
         return {key: json.loads(value) for key, value in data.items()}
+
+    @property
+    def checkpoint_volume(self) -> Path:
+        """The lab's checkpoint storage: a size-limited tmpfs (role storage) when the lab runs as root."""
+        return self.lab.lab_dir / "storage" / "checkpoints"
 
     @property
     def report_dir(self) -> Path:
@@ -91,8 +97,8 @@ class Drills(Fleet):
                           and p.name != ".lock"},
             "pending_events": sorted(os.listdir(gpu_dir / "events")) if (gpu_dir / "events").is_dir() else [],
             "mounts": lab_mounts(self.lab.lab_dir),
-            "checkpoint_files": sorted(p.name for p in (self.lab.lab_dir / "checkpoints").glob("*"))
-            if (self.lab.lab_dir / "checkpoints").is_dir() else [],
+            "checkpoint_files": sorted(p.name for p in self.checkpoint_volume.iterdir())
+            if self.checkpoint_volume.is_dir() else [],
             "lab_processes": sorted(self.lab.recorded_pids().items()),
         }
 

@@ -171,8 +171,10 @@ class Fleet:
         return json.loads(cm.data["progress"])
 
     # -- jobs ----------------------------------------------------------------------------------
-    def submit_train_sim(self, workdir: Path, steps: int = 100000, every: int = 20) -> tuple:
-        """(job id, node it runs on). Not pinned with -w: a pinned job would wait for its node after a requeue."""
+    def submit_train_sim(self, workdir: Path, steps: int = 100000, every: int = 20,
+                         checkpoint_dir: Optional[Path] = None, extra: tuple = ()) -> tuple:
+        """(job id, node it runs on). Not pinned with -w: a pinned job would wait for its node after a requeue.
+        Output in ``workdir``/train.out; checkpoints in ``checkpoint_dir`` (default ``workdir``/ckpt)."""
         workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(workdir, 0o777)
         out = workdir / "train.out"
@@ -189,13 +191,14 @@ class Fleet:
             "--output=%s" % out,
             str(self.lab.lab_dir / "bin" / "train_sim"),
             "--checkpoint-dir",
-            str(workdir / "ckpt"),
+            str(checkpoint_dir or workdir / "ckpt"),
             "--steps",
             str(steps),
             "--checkpoint-every",
             str(every),
             "--step-seconds",
             "0.02",
+            *extra,
         ).strip()
         wait_for(
             lambda: self.job(job).get("JobState") == "RUNNING" and "step=" in self.output(workdir),

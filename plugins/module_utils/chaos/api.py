@@ -131,6 +131,11 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     experiment = experiments.get(params.get("experiment"))
     merged = dict(experiment.params)
     merged.update(params.get("params") or {})
+    if experiment.name == "checkpoint_kill":
+        # The job a checkpoint kill kills is the one the drill protects.
+        for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):
+            if params.get(option) and not merged.get(knob):
+                merged[knob] = params[option]
     rails = gate.Rails.from_dict(params.get("blast_radius"), params.get("max_duration"))
     deadlines = experiments.deadlines(params.get("deadlines"))
     kube = _kube(params)

@@ -5,15 +5,21 @@
 Three experiments (``spec["experiment"]``), each checked before anything changes:
 
 * ``checkpoint_kill`` - wait until the job's output shows a new ``checkpoint_begin`` line from
-  train_sim (a save has started and not finished), then SIGKILL every process of the job through
-  Slurm (``scancel --signal=KILL --full``) and ``scontrol requeue`` it, as a lost node would. The
-  resume must pick the previous valid checkpoint, never the torn one. Nothing to roll back: the
-  job resumes by itself; the undo records which step was being written.
+  train_sim (a save has started and not finished), then SIGKILL the job's batch step through
+  Slurm (``scancel --signal=KILL --batch --full``: without ``--batch`` slurmctld turns a KILL into
+  a cancel, SIGTERM first, and the job would save in its grace period) and ``scontrol requeue``
+  it, as a lost node would. The resume must pick the previous valid checkpoint, never the torn
+  one. Nothing to roll back: the job resumes by itself; the undo records which step was being
+  written. Slurm truncates a requeued job's output unless it was submitted with
+  ``--open-mode=append``, so the drill's job should be.
 * ``checkpoint_fill`` - a filler file ``<path>/.gpufleet-chaos-fill-<fault id>`` of real, allocated
   bytes (``posix_fallocate``), grown until ``statvfs`` says fewer than ``leave_bytes`` are free.
   The job must keep its last good checkpoint and report the failed save. ``path`` must be a mount
-  point of its own (the lab's size-limited tmpfs), so a fill never fills a root or shared
-  filesystem by accident; ``allow_shared_filesystem: true`` lifts that. Rollback deletes the file.
+  point of its own (the lab's size-limited tmpfs, ``<lab>/storage/checkpoints``, the default in
+  the lab), so a fill never fills a root or shared filesystem by accident;
+  ``allow_shared_filesystem: true`` lifts that (the root filesystem stays refused). Rollback
+  deletes the file. Keep the job's output off the filled volume: once its last bytes are gone,
+  the job cannot log either.
 * ``checkpoint_storage`` - ``mode: cut`` makes the checkpoint volume read-only: ``mount -o
   remount,ro``, or, when the kernel refuses that because files are open for writing on it (a
   job's output file, say), a read-only bind mount stacked on the mount point, which new opens
@@ -42,7 +48,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import (
+    SLURM_COMMANDS,
+    CommandResult,
+    Fmt,
+    SlurmRunner,
+)
 
 FAMILY = "checkpoint"
 KILL, FILL, STORAGE = "checkpoint_kill", "checkpoint_fill", "checkpoint_storage"
@@ -60,6 +71,8 @@ PARAMS = {
     STORAGE: ("path", "mode", "rbps", "wbps", "cgroup", "job_id", "allow_shared_filesystem"),
 }
 FILL_PREFIX = ".gpufleet-chaos-fill-"
+# Where the storage role puts the lab's checkpoint volume, below the lab directory.
+LAB_CHECKPOINT_DIR = "storage/checkpoints"
 MOUNTINFO = "/proc/self/mountinfo"
 SYS = "/sys"
 COMMAND_TIMEOUT = 30
@@ -74,6 +87,13 @@ NETWORK_ALTERNATIVE = (
     "delay 200ms loss 5%) or a firewall rule that drops its traffic (nft add rule inet filter output ip daddr "
     "ENDPOINT drop); this backend describes it and does not do it")
 IO_MAX_CLEAR = "rbps=max wbps=max riops=max wiops=max"
+
+# ``scancel --signal=KILL --full <job>`` alone is a cancel to slurmctld: the job gets SIGTERM, KillWait
+# seconds to save a checkpoint, then SIGKILL - the graceful path, not a lost node. With ``--batch`` the
+# signal goes straight to the batch step's processes (``--full``: the script and its children), so
+# SIGKILL lands at once, mid-write. The client does not declare --batch; the family adds it here.
+COMMANDS: Dict[str, Dict[str, Any]] = dict(SLURM_COMMANDS)
+COMMANDS["scancel"] = dict(SLURM_COMMANDS["scancel"], batch=Fmt.flag("--batch"))
 
 # Injected so the waiting is tested without time passing.
 _clock: Callable[[], float] = time.monotonic
@@ -342,6 +362,9 @@ def check_params(spec: Mapping[str, Any]) -> Dict[str, Any]:
         params["requeue_timeout_s"] = _seconds(params, "requeue_timeout_s")
         params["requeue"] = _bool(params, "requeue")
         return params
+    if params.get("path") is None and spec.get("lab_dir"):
+        # The lab's checkpoint volume: the storage role's tmpfs (GPUFLEET_CHECKPOINT_DIR).
+        params["path"] = os.path.join(str(spec["lab_dir"]), LAB_CHECKPOINT_DIR)
     params["path"] = _path(params)
     params["allow_shared_filesystem"] = _bool(params, "allow_shared_filesystem")
     if name == FILL:
@@ -423,8 +446,8 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
         output = params.get("output") or "(the job's StdOut, from scontrol show job %s)" % params["job_id"]
         actions.append("%s: wait up to %gs for a new checkpoint_begin line in %s" % (
             node, params["timeout_s"], output))
-        actions.append("%s: scancel --signal=KILL --full %s while that save is being written" % (
-            node, params["job_id"]))
+        actions.append("%s: scancel --signal=KILL --batch --full %s while that save is being written (SIGKILL "
+                       "to the job's processes at once, no grace period)" % (node, params["job_id"]))
         if params["requeue"]:
             actions.append("%s: scontrol requeue %s, as Slurm does after a node loss" % (node, params["job_id"]))
         if spec.get("lab_dir"):
@@ -456,12 +479,24 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
                            "throttle it" % (params["path"], mount["fstype"], mount["device"]))
         if not root:
             missing.append("root: writing io.max needs it")
+        if not io_controller_available():
+            missing.append("io.max: this kernel's cgroup v2 offers no io controller (cgroup.controllers)")
     if spec.get("lab_dir"):
         simulated.append("the checkpoint volume is the lab's size-limited tmpfs")
     result: Dict[str, Any] = {"actions": actions, "simulated": simulated, "missing": missing}
     if alternatives:
         result["alternatives"] = alternatives
     return result
+
+
+def io_controller_available() -> bool:
+    """Whether cgroup v2 offers the io controller (the root cgroup's cgroup.controllers lists it)."""
+    root = cgroup2_root(read_mounts())
+    try:
+        with open(os.path.join(root or "/sys/fs/cgroup", "cgroup.controllers")) as handle:
+            return "io" in handle.read().split()
+    except OSError:
+        return False
 
 
 # -- inject ----------------------------------------------------------------------------------------
@@ -752,7 +787,13 @@ def _revert_slow(undo: Mapping[str, Any]) -> Dict[str, Any]:
 # -- kill ------------------------------------------------------------------------------------------
 def slurm_client(ctx: Mapping[str, Any]) -> SlurmClient:
     return SlurmClient(SlurmRunner(slurm_conf=ctx.get("slurm_conf"), bin_dir=ctx.get("slurm_bin_dir"),
-                                   check_mode=bool(ctx.get("check_mode"))))
+                                   check_mode=bool(ctx.get("check_mode")), commands=COMMANDS))
+
+
+def kill_batch(client: SlurmClient, job_id: str) -> CommandResult:
+    """``scancel --signal=KILL --batch --full <job>``: SIGKILL to every process of the batch step, now."""
+    return client.runner.run("scancel", "signal batch full job_ids", mutating=True, signal="KILL", batch=True,
+                             full=True, job_ids=check_job_ids([job_id], "params.job_id"))
 
 
 def job_output(client: SlurmClient, job_id: str) -> str:
@@ -829,7 +870,7 @@ def _inject_kill(params: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str,
         _sleep(params["poll_s"])
     step = tracker.in_progress
     previous = tracker.last_saved
-    killed = client.signal_jobs([job_id], "KILL", full=True)
+    killed = kill_batch(client, job_id)
     undo.update(killed_step=step, previous_checkpoint_step=previous, killed_at=time.time(),
                 commands=[list(killed.argv)])
     # The log says whether the save got to its end before the SIGKILL landed (a race the drill reports).

@@ -29,7 +29,8 @@ HW_POWER_BRAKE = 0x80
 @dataclass(frozen=True)
 class Detection:
     """``query`` is PromQL with {node}; detected when its value rises above the baseline
-    (``mode='rise'``) or reaches ``threshold`` (``mode='at_least'``)."""
+    (``mode='rise'``) or reaches ``threshold`` (``mode='at_least'``). With ``mode='job_event'``
+    the protected job itself reports it: ``query`` is the train_sim event to find in its output."""
 
     query: str
     mode: str = "rise"
@@ -143,13 +144,15 @@ _add(Experiment(
 _add(Experiment(
     name="checkpoint_fill", family="checkpoint",
     summary="Fill the checkpoint volume; the job must keep its last good checkpoint and report the failed save",
-    lab_backends=("fill",), site_backends=("fill",), detection=None, missing_alert_hint=_CHECKPOINT_HINT,
+    lab_backends=("fill",), site_backends=("fill",), missing_alert_hint=_CHECKPOINT_HINT,
+    detection=Detection("checkpoint_failed", "job_event", what="the job reported a failed checkpoint save"),
     simulated=("the checkpoint volume is the lab's size-limited tmpfs",), params={"leave_bytes": 65536},
 ))
 _add(Experiment(
     name="checkpoint_storage", family="checkpoint",
     summary="Cut (read-only remount) or slow (cgroup v2 io.max) the checkpoint storage path",
-    lab_backends=("mount",), site_backends=("mount",), detection=None, missing_alert_hint=_CHECKPOINT_HINT,
+    lab_backends=("mount",), site_backends=("mount",), missing_alert_hint=_CHECKPOINT_HINT,
+    detection=Detection("checkpoint_failed", "job_event", what="the job reported a failed checkpoint save"),
     simulated=("the storage path is the lab's tmpfs; io.max needs a block device, so 'slow' is a missing "
                "capability in the lab",),
     params={"mode": "cut"},

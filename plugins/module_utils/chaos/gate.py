@@ -68,7 +68,8 @@ def refusals(
 
     if kill_switch and kill_switch.get("on"):
         refuse("kill_switch", "the chaos kill switch is on (%s, by %s): clear it with playbooks/chaos-stop.yml "
-               "-e chaos_drill_stop_clear=true" % (kill_switch.get("why") or "no reason given", kill_switch.get("by") or "?"))
+               "-e chaos_drill_stop_clear=true" % (kill_switch.get("why") or "no reason given",
+                                                   kill_switch.get("by") or "?"))
     if not targets:
         refuse("target", "matches no node")
     if isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) or duration_s <= 0:

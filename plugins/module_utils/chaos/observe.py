@@ -180,6 +180,8 @@ class LoopWatch:
         if self.detection is None:
             self.decide("detected", "not_observable", "nothing to watch: the health agent has no metric for this "
                         "fault", None, "no agent metric covers %s" % self.request.get("experiment"))
+        elif self.detection["mode"] == "job_event" and not self.request.get("protected_output"):
+            self.decide("detected", "not_observable", "no protected job output was given (protected_output)", None)
         if not self.expect.get("fences"):
             self.decide("scheduler", "skipped", "not expected", None, "no fence: the fault is not fatal")
         if self.expect.get("requeues") and not self.job_id:
@@ -188,6 +190,9 @@ class LoopWatch:
             self.decide("recovered", "skipped", "not expected", None, "no protected job given and none needed")
 
     def look_detected(self, now: float) -> None:
+        if self.detection["mode"] == "job_event":
+            self.look_job_event(now)
+            return
         if not self.probes.prometheus_url:
             return
         detection = self.detection
@@ -212,6 +217,17 @@ class LoopWatch:
             at = exact if exact is not None and self.injected_at <= exact <= now else now
         self.decide("detected", "pass", self.last["detected"], at)
         self.event("detect", at, self.last["detected"])
+
+    def look_job_event(self, now: float) -> None:
+        """The protected job's own report of the fault (train_sim's output), e.g. a failed save."""
+        output = self.request.get("protected_output")
+        events = scoring.train_sim_events(self.probes.read_text(output) if output else "")
+        found = [e for e in events if e["event"] == self.detection["query"] and e["time"] >= self.injected_at]
+        self.last["detected"] = "%d %s line(s) in %s" % (len(found), self.detection["query"], output or "(no output)")
+        if found:
+            detail = "%s step=%s reason=%s" % (found[0]["event"], found[0].get("step"), found[0].get("reason"))
+            self.decide("detected", "pass", detail, found[0]["time"])
+            self.event("detect", found[0]["time"], detail)
 
     def look_alerted(self, now: float) -> None:
         if not self.probes.alertmanager_url:
@@ -261,7 +277,9 @@ class LoopWatch:
         self.last["recovered"] = "job %s %s on %s; %s" % (
             self.job_id, state, where or "-",
             "resumed at step %s" % self.recovered.get("resumed_step") if resumed else "no resume yet")
-        if job is None or job.state != "RUNNING" or where in self.nodes or not resumed:
+        # After a fence the job must run elsewhere; a checkpoint kill may bring it back to the same node.
+        moved = where not in self.nodes or not self.expect.get("fences")
+        if job is None or job.state != "RUNNING" or not moved or not resumed:
             return
         if self.recovered.get("interrupted_at"):
             self.event("requeue", self.recovered["interrupted_at"], "job %s" % self.job_id)

@@ -74,8 +74,8 @@ def gaps(steps: Sequence[Mapping[str, Any]], experiment: str, expectations: Mapp
     if detected.get("verdict") in ("fail", "not_observable"):
         found.append({"step": "detected", "what": "%s was not detected: %s" % (experiment, detected.get("observed")),
                       "add": ("a metric the health agent exports for it (today's query: %s)" % detection["query"])
-                      if detection.get("query") else expectations.get("missing_alert_hint") or
-                      "a metric that shows this fault"})
+                      if detection.get("query") and detection.get("mode") != "job_event"
+                      else expectations.get("missing_alert_hint") or "a metric that shows this fault"})
     alerted = by_name.get("alerted", {})
     if alerted.get("verdict") == "fail":
         hint = expectations.get("missing_alert_hint")

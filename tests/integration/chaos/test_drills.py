@@ -1,6 +1,8 @@
 """Chaos drills against the lab's real parts: the safety rails, every experiment's inject ->
-detection -> rollback -> identical state, the kill switch, a killed controller, the expiry
-watchdog, and a drill that finds the gaps of a lab whose remediation is off.
+detection -> rollback -> identical state (GPU faults and burn in parallel on the pool's nodes;
+checkpoint chaos on the lab's tmpfs volume with a real train_sim job), the kill switch, killed
+controllers (Ctrl-C and kill -9), the expiry watchdog, and a drill that finds the gaps of a lab
+whose remediation is off.
 
 The test lab runs with self-healing off; the end-to-end XID 79 drill with the whole loop on is in
 test_drill_end_to_end.py.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
+import shutil
 import signal
 import time
 
@@ -171,3 +175,69 @@ def test_a_drill_against_a_lab_without_remediation_reports_the_gap(drills, tmp_p
         assert drills.job(job)["JobState"] == "RUNNING", "the job was left alone on its node"
     finally:
         drills.cancel(job)
+
+
+def test_checkpoint_chaos_keeps_the_last_good_checkpoint(drills, tmp_path):
+    """Kill mid-write: the job resumes from the previous valid checkpoint, never the torn one. Fill the
+    volume, then cut it (read-only): the job reports each failed save, keeps training and keeps its
+    last good checkpoint; after the rollback its saves work again and the volume is as before."""
+    volume = drills.checkpoint_volume
+    assert os.path.ismount(volume), "the lab's checkpoint volume is a tmpfs (role storage, as root)"
+    checkpoints = volume / ("test-%d" % os.getpid())
+    checkpoints.mkdir(mode=0o777)
+    os.chmod(checkpoints, 0o777)
+    output = tmp_path / "job" / "train.out"
+    # Slow synchronous saves (the kill lands mid-write) of 200 kB each (the fill leaves less than that).
+    slow_and_big = ("--checkpoint-write-seconds", "0.8", "--checkpoint-pad-bytes", "200000")
+    job, node = drills.submit_train_sim(tmp_path / "job", every=25, checkpoint_dir=checkpoints, extra=slow_and_big)
+    quick = {"chaos_drill_deadlines": {"detected": 40, "alerted": 3, "scheduler": 3, "recovered": 60}}
+    common = dict(protected_job=job, protected_output=str(output), **quick)
+    try:
+        before = drills.node_snapshot(node)
+        wait_for(lambda: "\ncheckpoint time=" in Drills.output(tmp_path / "job"), 60, what="a first checkpoint")
+        # -- kill mid-write -------------------------------------------------------------------------
+        killed = drills.drill("checkpoint_kill", node, **common)
+        assert killed.rc == 0, killed.output[-4000:]
+        document = drills.report(killed)
+        steps = {s["step"]: s["verdict"] for s in document["steps"]}
+        assert steps["recovered"] == "pass", document["steps"]
+        text = Drills.output(tmp_path / "job")
+        resume = scoring_resume(text, document["started_at"])
+        first_run = text[:text.rfind("\nresume ")]
+        torn = [int(s) for s in re.findall(r"checkpoint_begin time=\S+ step=(\d+)", first_run)][-1]
+        assert resume["step"] < torn and resume["step"] % 25 == 0, (resume, torn)
+        assert re.search(r"skip_partial time=\S+ file=\.ckpt-%09d\.json\." % torn, text), "the torn write, skipped"
+        assert document["metrics"]["steps_lost"] >= torn - resume["step"] - 1
+        # -- fill the volume --------------------------------------------------------------------------
+        wait_for(lambda: drills.job(job).get("JobState") == "RUNNING", 60, what="the job running again")
+        filled = drills.drill("checkpoint_fill", node, **common)
+        assert filled.rc == 0, filled.output[-4000:]
+        document = drills.report(filled)
+        steps = {s["step"]: s["verdict"] for s in document["steps"]}
+        assert steps["detected"] == "pass" and steps["recovered"] == "pass", document["steps"]
+        assert "reason=ENOSPC" in Drills.output(tmp_path / "job")
+        assert {g["step"] for g in document["gaps"]} >= {"alerted"}, "no alert covers a failed save: a gap"
+        # -- cut the storage (read-only) ---------------------------------------------------------------
+        cut = drills.drill("checkpoint_storage", node, mode="cut", **common)
+        assert cut.rc == 0, cut.output[-4000:]
+        document = drills.report(cut)
+        assert {s["step"]: s["verdict"] for s in document["steps"]}["detected"] == "pass", document["steps"]
+        assert "reason=EROFS" in Drills.output(tmp_path / "job")
+        # After the rollback: saves work again, the last good checkpoint was kept, the volume is as before.
+        mark = len(Drills.output(tmp_path / "job"))
+        wait_for(lambda: "\ncheckpoint time=" in Drills.output(tmp_path / "job")[mark:], 60,
+                 what="a save after the rollback")
+        assert drills.job(job)["JobState"] == "RUNNING"
+        after = drills.node_snapshot(node)
+        for key in ("mounts", "checkpoint_files", "fake_gpus", "labels", "taints", "lab_processes"):
+            assert after[key] == before[key], key
+    finally:
+        drills.cancel(job)
+        wait_for(lambda: drills.job(job).get("JobState") not in ("RUNNING", "COMPLETING"), 60, what="job gone")
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+
+def scoring_resume(text, since):
+    found = [m for m in re.finditer(r"resume time=(\S+) step=(\d+)", text) if float(m.group(1)) >= since]
+    assert found, text[-2000:]
+    return {"time": float(found[0].group(1)), "step": int(found[0].group(2))}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -184,5 +186,216 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
 def test_bad_arguments_are_usage_errors(tmp_path: Path, argv: list[str]) -> None:
     full = [sys.executable, str(SCRIPT), *(["--checkpoint-dir", str(tmp_path)] if argv else []), *argv]
     result = subprocess.run(full, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+# ---- failed saves, slow saves, torn writes, padding --------------------------------------------
+
+
+class _Stream(io.StringIO):
+    """The job's log; with ``stop``, SIGTERM's flag goes up once step ``at_step`` is logged, as if Slurm sent it."""
+
+    def __init__(self, stop=None, at_step: int = 0) -> None:
+        super().__init__()
+        self.stop = stop
+        self.at_step = at_step
+
+    def write(self, text: str) -> int:
+        if self.stop is not None and text.startswith("step ") and (" step=%d " % self.at_step) in text:
+            self.stop.signal_name = "SIGTERM"
+        return super().write(text)
+
+
+def _config(tmp_path: Path, steps: int, every: int, keep: int = 3, **extra) -> object:
+    return train_sim.RunConfig(
+        checkpoint_dir=tmp_path,
+        steps=steps,
+        checkpoint_every=every,
+        step_seconds=0,
+        hash_rounds=ROUNDS,
+        keep=keep,
+        **extra,
+    )
+
+
+def _fail_saves(monkeypatch, where: str, failing_steps: set, code: int = errno.ENOSPC) -> None:
+    """Make the saves of ``failing_steps`` raise OSError(code) at ``where`` (open, fsync or replace)."""
+    real_open, real_fsync, real_replace = open, os.fsync, os.replace
+    failing = {train_sim.checkpoint_name(step) for step in failing_steps}
+
+    def doomed(name: str) -> bool:
+        return any(final in str(name) for final in failing)
+
+    def fake_open(file, *args, **kwargs):
+        if where == "open" and doomed(file):
+            raise OSError(code, os.strerror(code), str(file))
+        return real_open(file, *args, **kwargs)
+
+    def fake_fsync(fd: int) -> None:
+        if where == "fsync" and doomed(os.readlink("/proc/self/fd/%d" % fd)):
+            raise OSError(code, os.strerror(code))
+        real_fsync(fd)
+
+    def fake_replace(src, dst) -> None:
+        if where == "replace" and doomed(dst):
+            raise OSError(code, os.strerror(code))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(train_sim, "open", fake_open, raising=False)
+    monkeypatch.setattr(train_sim.os, "fsync", fake_fsync)
+    monkeypatch.setattr(train_sim.os, "replace", fake_replace)
+
+
+@pytest.mark.parametrize(("where", "code"), [("open", errno.EROFS), ("fsync", errno.ENOSPC), ("replace", errno.EIO)])
+def test_a_failed_save_keeps_the_job_and_the_last_good_checkpoint(tmp_path, monkeypatch, where, code) -> None:
+    _fail_saves(monkeypatch, where, {20, 30}, code)
+    log = _Stream()
+    rc = train_sim.train(_config(tmp_path, steps=45, every=10, keep=1), train_sim.StopRequest(), train_sim.Logger(log))
+    out = log.getvalue()
+    assert rc == train_sim.EXIT_DONE, out
+    failed = events(out, "checkpoint_failed")
+    name = errno.errorcode[code]
+    assert [(f["step"], f["reason"], f["kept"]) for f in failed] == [
+        ("20", name, "ckpt-000000010.json"),
+        ("30", name, "ckpt-000000010.json"),
+    ]
+    # Training went on through both failures, and the next checkpoint step tried again.
+    assert [int(e["step"]) for e in events(out, "step")] == list(range(1, 46))
+    assert [e["step"] for e in events(out, "checkpoint")] == ["10", "40"]
+    assert [e["step"] for e in events(out, "checkpoint_begin")] == ["10", "20", "30", "40", "45"]
+    assert events(out, "done")[0]["state"] == train_sim.expected_state(45, ROUNDS).state
+    # No temporary file is left behind; keep=1 pruned only after the saves that worked.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000045.json"]
+
+
+def test_failed_saves_never_prune_the_last_good_checkpoint(tmp_path, monkeypatch) -> None:
+    # Every save after step 10 fails: with keep=1, step 10 must still be there at the end.
+    _fail_saves(monkeypatch, "fsync", set(range(11, 100)))
+    log = _Stream()
+    rc = train_sim.train(_config(tmp_path, steps=40, every=10, keep=1), train_sim.StopRequest(), train_sim.Logger(log))
+    out = log.getvalue()
+    # The final save failed too: the job did its work but could not keep it.
+    assert rc == train_sim.EXIT_ERROR
+    assert events(out, "error")[0]["reason"] == "final_checkpoint_failed"
+    assert not events(out, "done")
+    assert {f["kept"] for f in events(out, "checkpoint_failed")} == {"ckpt-000000010.json"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000010.json"]
+    restored = train_sim.decode_checkpoint((tmp_path / "ckpt-000000010.json").read_bytes(), ROUNDS)
+    assert restored == train_sim.expected_state(10, ROUNDS)
+
+
+def test_a_failed_first_save_keeps_nothing(tmp_path, monkeypatch) -> None:
+    _fail_saves(monkeypatch, "open", {5}, errno.ENOSPC)
+    log = _Stream()
+    train_sim.train(_config(tmp_path, steps=6, every=5), train_sim.StopRequest(), train_sim.Logger(log))
+    assert events(log.getvalue(), "checkpoint_failed")[0]["kept"] == "-"
+
+
+def test_sigterm_with_a_failing_save_still_exits_for_requeue_and_resumes_from_the_good_one(
+    tmp_path, monkeypatch
+) -> None:
+    _fail_saves(monkeypatch, "fsync", {7}, errno.ENOSPC)
+    stop = train_sim.StopRequest()
+    # SIGTERM arrives after step 7 (not a checkpoint step: the SIGTERM save is the one that fails).
+    log = _Stream(stop, at_step=7)
+    rc = train_sim.train(_config(tmp_path, steps=1000, every=5), stop, train_sim.Logger(log))
+    out = log.getvalue()
+    assert rc == train_sim.EXIT_REQUEUE == 75
+    failed = events(out, "checkpoint_failed")[0]
+    assert (failed["step"], failed["reason"], failed["kept"]) == ("7", "ENOSPC", "ckpt-000000005.json")
+    stopped = events(out, "interrupted")[0]
+    assert (stopped["step"], stopped["checkpoint"], stopped["exit"]) == ("7", "ckpt-000000005.json", "75")
+    monkeypatch.undo()
+    # The requeued run resumes from step 5 and redoes 6 and 7: two steps lost, none corrupted.
+    again = run(tmp_path, "--steps", "9", "--checkpoint-every", "5")
+    assert events(again.stdout, "resume")[0]["step"] == "5"
+    assert events(again.stdout, "done")[0]["state"] == train_sim.expected_state(9, ROUNDS).state
+
+
+def test_a_kill_during_a_slow_save_leaves_a_partial_file_that_the_resume_skips(tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--hash-rounds",
+        str(ROUNDS),
+        "--steps",
+        "1000",
+        "--checkpoint-every",
+        "5",
+        "--step-seconds",
+        "0",
+        "--checkpoint-write-seconds",
+        "1",
+        "--checkpoint-pad-bytes",
+        "4096",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            begin = events(line, "checkpoint_begin")
+            if begin and begin[0]["step"] == "10":
+                assert begin[0]["file"] == "ckpt-000000010.json"
+                break
+        partial = tmp_path / (".ckpt-000000010.json.%d.tmp" % proc.pid)
+        deadline = time.monotonic() + 5
+        # The first half is fsynced before the pause; kill inside the pause.
+        while not (partial.exists() and partial.stat().st_size > 2048) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.kill()
+    finally:
+        proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    assert sorted(p.name for p in tmp_path.iterdir()) == [partial.name, "ckpt-000000005.json"]
+    again = run(tmp_path, "--steps", "12", "--checkpoint-every", "5")
+    assert again.returncode == 0, again.stderr
+    assert [e["file"] for e in events(again.stdout, "skip_partial")] == [partial.name]
+    assert events(again.stdout, "resume")[0]["source"] == "ckpt-000000005.json"
+    assert events(again.stdout, "done")[0]["state"] == train_sim.expected_state(12, ROUNDS).state
+    # The partial file is named, never trusted, and left for whoever investigates.
+    assert partial.exists()
+
+
+def test_a_slow_save_writes_half_then_pauses(tmp_path: Path) -> None:
+    paused = []
+
+    def sleep(seconds: float) -> None:
+        partial = next(tmp_path.glob(train_sim.PARTIAL_GLOB))
+        paused.append((seconds, partial.stat().st_size))
+
+    current = train_sim.expected_state(3, ROUNDS)
+    path = train_sim.write_checkpoint(tmp_path, current, ROUNDS, pad_bytes=1000, write_seconds=2.5, sleep=sleep)
+    size = path.stat().st_size
+    assert paused == [(2.5, size // 2)]
+    assert train_sim.decode_checkpoint(path.read_bytes(), ROUNDS) == current
+
+
+def test_padding_makes_checkpoints_large_and_stays_checked(tmp_path: Path) -> None:
+    assert run(tmp_path, "--steps", "5", "--checkpoint-every", "5", "--checkpoint-pad-bytes", "100000").returncode == 0
+    path = tmp_path / "ckpt-000000005.json"
+    raw = path.read_bytes()
+    assert len(raw) > 100000
+    assert train_sim.decode_checkpoint(raw, ROUNDS) == train_sim.expected_state(5, ROUNDS)
+    with pytest.raises(train_sim.CorruptCheckpoint):
+        train_sim.decode_checkpoint(raw[: len(raw) - 10], ROUNDS)
+    # A document whose checksum matches but whose padding is not padding is not trusted either.
+    document = json.loads(raw)
+    for bad in ("00x0", 7):
+        document["payload"]["pad"] = bad
+        document["sha256"] = train_sim._payload_checksum(document["payload"])
+        with pytest.raises(train_sim.CorruptCheckpoint, match="bad padding"):
+            train_sim.decode_checkpoint(json.dumps(document).encode(), ROUNDS)
+    document["payload"]["pad"] = "00"
+    document["payload"]["extra"] = 1
+    document["sha256"] = train_sim._payload_checksum(document["payload"])
+    with pytest.raises(train_sim.CorruptCheckpoint, match="unknown fields extra"):
+        train_sim.decode_checkpoint(json.dumps(document).encode(), ROUNDS)
+
+
+@pytest.mark.parametrize("argv", [["--checkpoint-pad-bytes", "-1"], ["--checkpoint-write-seconds", "-0.5"]])
+def test_bad_drill_knobs_are_usage_errors(tmp_path: Path, argv: list[str]) -> None:
+    result = run(tmp_path, *argv)
     assert result.returncode == 2
     assert "usage:" in result.stderr
