@@ -76,7 +76,7 @@ units: venv link
 
 # pytest runs last so its summary line closes `make test`.
 pytest: venv link fake-nvml
-	pytest -n 0 tests
+	pytest -n 0 --durations=30 tests
 
 test: setup lint sanity units pytest
 

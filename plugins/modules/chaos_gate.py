@@ -14,7 +14,7 @@ version_added: 0.4.0
 description:
   - Resolves the drill's target (a node, a comma list or a label selector), then refuses the drill, with the field
     to change, when a target has not opted in (label C(gpufleet.io/chaos=allowed), or O(allowed_nodes) on bare
-    metal), when more than O(blast_radius.max_nodes) nodes or O(blast_radius.max_percent) of a pool are targeted,
+    metal), when more than C(blast_radius.max_nodes) nodes or C(blast_radius.max_percent) of a pool are targeted,
     when the duration is missing or over O(max_duration), when the kill switch is on, or when a target already has
     an active fault or drill.
   - Returns the drill (its id, the resolved parameters, what the feedback loop is expected to show) and the plan

@@ -40,6 +40,15 @@ def drills(lab):
     yield drills
     drills.stop(clear=True)
     drills.opt_in(nodes, allowed=False)
+    # Rollback completeness over every drill of the session (the end-to-end drill ran before these).
+    ledger = drills.ledger()
+    done = [f for f in ledger.get("history", []) if f.get("rolled_back_by") != "refused"]
+    print("\nROLLBACK COMPLETENESS: %d faults injected, %d rolled back (%d by the watchdog, %d by the kill switch), "
+          "%d still active" % (len(done) + len(ledger.get("faults", {})), len(done),
+                               sum(1 for f in done if f.get("rolled_back_by") == "expiry"),
+                               sum(1 for f in done if f.get("rolled_back_by") == "kill_switch"),
+                               len(ledger.get("faults", {}))))
+    assert ledger.get("faults", {}) == {}, "faults left in the ledger: %s" % ledger["faults"]
 
 
 def test_refusals_and_dry_run_change_nothing(drills):
