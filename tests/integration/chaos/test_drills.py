@@ -11,6 +11,7 @@ test_drill_end_to_end.py.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -43,11 +44,13 @@ def drills(lab):
     # Rollback completeness over every drill of the session (the end-to-end drill ran before these).
     ledger = drills.ledger()
     done = [f for f in ledger.get("history", []) if f.get("rolled_back_by") != "refused"]
-    print("\nROLLBACK COMPLETENESS: %d faults injected, %d rolled back (%d by the watchdog, %d by the kill switch), "
-          "%d still active" % (len(done) + len(ledger.get("faults", {})), len(done),
-                               sum(1 for f in done if f.get("rolled_back_by") == "expiry"),
-                               sum(1 for f in done if f.get("rolled_back_by") == "kill_switch"),
-                               len(ledger.get("faults", {}))))
+    figures = {"injected": len(done) + len(ledger.get("faults", {})), "rolled_back": len(done),
+               "by": {how: sum(1 for f in done if f.get("rolled_back_by") == how)
+                      for how in ("drill", "expiry", "kill_switch")},
+               "still_active": len(ledger.get("faults", {}))}
+    print("\nROLLBACK COMPLETENESS: %s" % figures)
+    # Kept beside the drill reports, so a CI run's figure can be read afterwards.
+    (drills.report_dir / "rollback-completeness.json").write_text(json.dumps(figures))
     assert ledger.get("faults", {}) == {}, "faults left in the ledger: %s" % ledger["faults"]
 
 
