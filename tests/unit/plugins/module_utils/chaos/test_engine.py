@@ -326,3 +326,15 @@ def test_recovery_of_a_job_killed_without_a_word():
     found = scoring.recovery(text, 100.0)
     # A routine checkpoint is not the interruption; the last line before the resume is.
     assert found["interrupted_at"] == 105.0 and found["resumed_step"] == 20 and found["steps_lost"] == 10
+
+
+def test_on_a_real_node_the_xid_line_goes_to_dev_kmsg_at_level_err(tmp_path, monkeypatch):
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    monkeypatch.setattr(gpu_fault, "DEV_KMSG", str(kmsg))
+    spec = {"experiment": "gpu_xid", "node": "n1", "backend": "kmsg", "params": {"xid": 79, "pci_bus": "3b:00.0"}}
+    undo = gpu_fault.inject(spec, {"lab_dir": None})
+    assert kmsg.read_text() == ("<3>NVRM: Xid (PCI:0000:3b:00.0): 79, pid='<unknown>', name=<unknown>, "
+                                "GPU has fallen off the bus\n")
+    # A kernel log cannot be unwritten: the rollback makes the agent forget instead.
+    assert undo["kmsg"]["path"] == str(kmsg) and undo["agent_must_forget"] is True
