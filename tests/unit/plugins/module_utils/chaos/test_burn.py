@@ -479,7 +479,9 @@ def test_revert_after_a_crash_mid_inject_finds_the_job_by_name() -> None:
 
 class StatusError(ApiException):
     def __init__(self, status: int) -> None:
-        super().__init__(status=status, reason="status %d" % status)
+        # Positional: the kubernetes ApiException takes status first; the stand-in that
+        # module_utils/kube/client.py defines without the kubernetes package is a plain Exception.
+        super().__init__(status)
         self.status = status
         self.reason = "status %d" % status
         self.body = None
