@@ -110,12 +110,17 @@ def resolve_targets(kube: Any, target: Any, allowed_nodes: List[str]) -> List[Di
              "pool": (n.metadata.labels or {}).get(POOL_LABEL, "")} for n in listed]
 
 
-def _pool_sizes(kube: Any) -> Dict[str, int]:
-    sizes: Dict[str, int] = {}
+def _pools(kube: Any) -> Dict[str, str]:
+    """GPU node name -> its pool."""
     if kube is None:
-        return sizes
-    for node in kube.list_node(label_selector=POOL_LABEL).items:
-        pool = node.metadata.labels[POOL_LABEL]
+        return {}
+    return {node.metadata.name: node.metadata.labels[POOL_LABEL]
+            for node in kube.list_node(label_selector=POOL_LABEL).items}
+
+
+def _pool_sizes(pools: Mapping[str, str]) -> Dict[str, int]:
+    sizes: Dict[str, int] = {}
+    for pool in pools.values():
         sizes[pool] = sizes.get(pool, 0) + 1
     return sizes
 
@@ -142,9 +147,15 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     allowed = list(params.get("allowed_nodes") or [])
     targets = resolve_targets(kube, params.get("target"), allowed)
     store = ledger_store(params, kube)
-    data = _read(store)
-    refusals = gate.refusals(targets, _pool_sizes(kube), rails, params.get("duration"), allowed,
-                             ledger.kill_switch(data), ledger.active_on(data, [t["name"] for t in targets]))
+    pools = _pools(kube)
+
+    def refusals_in(data: ledger.Data) -> List[Dict[str, str]]:
+        held = sorted({name for drill in ledger.drills(data).values() for name in drill.get("targets") or []})
+        return gate.refusals(targets, _pool_sizes(pools), rails, params.get("duration"), allowed,
+                             ledger.kill_switch(data), ledger.active_on(data, [t["name"] for t in targets]),
+                             [{"name": name, "pool": pools.get(name, "")} for name in held])
+
+    refusals = refusals_in(_read(store))
     if refusals:
         raise DrillRefused(refusals)
     drill_id = "d-%s-%s" % (time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)), secrets.token_hex(2))
@@ -174,8 +185,17 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         raise DrillRefused([{"field": "experiment", "why": "this site lacks what %s needs: %s"
                              % (experiment.name, "; ".join(missing))}])
     if not check_mode:
-        store.update(lambda d: (ledger.add_drill(d, {k: drill[k] for k in (
-            "id", "experiment", "targets", "started_at", "expires_at", "holder")}), None))
+        entry = {k: drill[k] for k in ("id", "experiment", "targets", "started_at", "expires_at", "holder")}
+
+        def register(data: ledger.Data) -> Any:
+            # The rails again, on the ledger this write replaces: two drills gated at the same moment
+            # are serialised by the compare-and-swap, and the second sees the first.
+            again = refusals_in(data)
+            return (None, again) if again else (ledger.add_drill(data, entry), [])
+
+        refusals = store.update(register)
+        if refusals:
+            raise DrillRefused(refusals)
     phase = {"phase": "gate", "started_at": now, "finished_at": time.time(), "ok": True,
              "detail": {"targets": drill["targets"], "plan": plans}}
     return {"changed": not check_mode, "drill": drill, "plan": plans, "phase": phase}

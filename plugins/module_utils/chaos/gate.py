@@ -59,8 +59,11 @@ def refusals(
     allowed_nodes: Sequence[str] = (),
     kill_switch: Optional[Mapping[str, Any]] = None,
     busy: Sequence[Mapping[str, Any]] = (),
+    under_chaos: Sequence[Mapping[str, Any]] = (),
 ) -> List[Dict[str, str]]:
-    """``targets``: [{"name", "labels", "pool"}]; ``busy``: ledger entries already on those nodes."""
+    """``targets``: [{"name", "labels", "pool"}]; ``busy``: ledger entries already on those nodes;
+    ``under_chaos``: [{"name", "pool"}] the nodes other active drills hold - the blast radius counts
+    them too, so concurrent drills cannot add up to more than the caps."""
     found: List[Dict[str, str]] = []
 
     def refuse(field: str, why: str) -> None:
@@ -82,17 +85,20 @@ def refusals(
         if labels.get(rails.opt_in_label) != rails.opt_in_value and node["name"] not in allowed:
             refuse("target", "%s has not opted in: label it %s=%s (or list it in chaos_allowed_nodes)"
                    % (node["name"], rails.opt_in_label, rails.opt_in_value))
-    if len(targets) > rails.max_nodes:
-        refuse("blast_radius.max_nodes", "%d nodes targeted, the cap is %d" % (len(targets), rails.max_nodes))
+    names = {node["name"] for node in targets}
+    others = [node for node in under_chaos if node["name"] not in names]
+    also = " + %d already under chaos" % len(others) if others else ""
+    if len(targets) + len(others) > rails.max_nodes:
+        refuse("blast_radius.max_nodes", "%d nodes targeted%s, the cap is %d" % (len(targets), also, rails.max_nodes))
     per_pool: Dict[str, int] = {}
-    for node in targets:
+    for node in list(targets) + others:
         per_pool[node.get("pool") or ""] = per_pool.get(node.get("pool") or "", 0) + 1
     for pool, count in sorted(per_pool.items()):
         size = pool_sizes.get(pool) or count
         cap = max(1, math.floor(size * rails.max_percent / 100.0))
-        if count > cap:
-            refuse("blast_radius.max_percent", "%d of the %d nodes of pool %s targeted; %s%% allows %d"
-                   % (count, size, pool or "(none)", rails.max_percent, cap))
+        if count > cap and any((node.get("pool") or "") == pool for node in targets):
+            refuse("blast_radius.max_percent", "%d of the %d nodes of pool %s under chaos with this drill; %s%% "
+                   "allows %d" % (count, size, pool or "(none)", rails.max_percent, cap))
     for entry in busy:
         refuse("target", "%s already has an active chaos %s (%s)" % (
             entry.get("node") or ",".join(entry.get("targets") or []), entry.get("kind", "fault"), entry.get("id")))

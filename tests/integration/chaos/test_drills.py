@@ -29,6 +29,7 @@ POOL_NODES = ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
 GPU_EXPERIMENTS = ["gpu_xid", "gpu_ecc_dbe", "gpu_ecc_sbe_storm", "gpu_retired_pages", "gpu_row_remap_failure",
                    "gpu_thermal", "gpu_power", "gpu_nvlink", "gpu_fallen_off_bus", "gpu_burn"]
 # Short deadlines: these drills check detection and rollback; with self-healing off nothing fences.
+WHOLE_POOL = {"max_nodes": 4, "max_percent": 100}
 QUICK = {"chaos_drill_deadlines": {"detected": 30, "alerted": 20, "scheduler": 3, "recovered": 3},
          "chaos_drill_verify_timeout": 60}
 
@@ -91,7 +92,8 @@ def test_every_experiment_is_detected_and_rolled_back_to_the_same_state(drills):
     def run(experiment, node):
         before = drills.node_snapshot(node)
         started = time.monotonic()
-        result = drills.drill(experiment, node, duration=300, **QUICK)
+        # Four drills at once on the four nodes of the pool: the blast radius must allow it explicitly.
+        result = drills.drill(experiment, node, duration=300, chaos_drill_blast_radius=WHOLE_POOL, **QUICK)
         return experiment, node, before, result, time.monotonic() - started
 
     while todo:
@@ -128,8 +130,11 @@ def test_killed_controllers_kill_switch_and_watchdog_leave_nothing_behind(drills
     long_node, short_node = "gpu-a-003", "gpu-a-004"
     before = {node: drills.node_snapshot(node) for node in (long_node, short_node)}
     patient = {"detected": 300, "alerted": 300, "scheduler": 300, "recovered": 300}
-    running = {long_node: drills.start_drill("gpu_ecc_dbe", long_node, duration=600, chaos_drill_deadlines=patient),
-               short_node: drills.start_drill("gpu_thermal", short_node, duration=25, chaos_drill_deadlines=patient)}
+    two = {"max_nodes": 2, "max_percent": 50}
+    running = {long_node: drills.start_drill("gpu_ecc_dbe", long_node, duration=600, chaos_drill_deadlines=patient,
+                                             chaos_drill_blast_radius=two),
+               short_node: drills.start_drill("gpu_thermal", short_node, duration=25, chaos_drill_deadlines=patient,
+                                              chaos_drill_blast_radius=two)}
     try:
         def active(node):
             return any(f.get("state") == "active" and f["node"] == node

@@ -338,3 +338,34 @@ def test_on_a_real_node_the_xid_line_goes_to_dev_kmsg_at_level_err(tmp_path, mon
                                 "GPU has fallen off the bus\n")
     # A kernel log cannot be unwritten: the rollback makes the agent forget instead.
     assert undo["kmsg"]["path"] == str(kmsg) and undo["agent_must_forget"] is True
+
+
+def test_concurrent_drills_add_up_against_the_blast_radius():
+    rails = gate.Rails(max_nodes=2, max_percent=50)
+    held = [{"name": "n1", "pool": "gpu-a"}]
+    # One more node of a 4-node pool: 2 of 4 under chaos, within 50 %.
+    assert gate.refusals([node("n2")], {"gpu-a": 4}, rails, 60, under_chaos=held) == []
+    refused = gate.refusals([node("n3")], {"gpu-a": 4}, rails, 60,
+                            under_chaos=[*held, {"name": "n2", "pool": "gpu-a"}])
+    assert [r["field"] for r in refused] == ["blast_radius.max_nodes", "blast_radius.max_percent"]
+    assert "already under chaos" in refused[0]["why"]
+    # Another pool's drills count against max_nodes, not against this pool's percentage.
+    refused = gate.refusals([node("b1", pool="gpu-b")], {"gpu-a": 4, "gpu-b": 4}, gate.Rails(max_nodes=3),
+                            60, under_chaos=held)
+    assert refused == []
+
+
+def test_two_drills_gated_at_the_same_moment_are_serialised(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # bare metal: the ledger is a file
+    params = {"experiment": "gpu_thermal", "target": "n2", "duration": 60, "params": {},
+              "ledger_file": str(tmp_path / "ledger.json"), "allowed_nodes": ["n1", "n2"]}
+    first = api.drill_gate(params, False)
+    assert first["drill"]["targets"] == ["n2"]
+    # The second gate read the ledger before the first registered: the write re-checks and refuses.
+    monkeypatch.setattr(api, "_read", lambda store: {})
+    with pytest.raises(api.DrillRefused) as caught:
+        api.drill_gate(dict(params, target="n1"), False)
+    assert caught.value.field == "blast_radius.max_nodes" and "already under chaos" in str(caught.value)
+    assert list(ledger.drills(ledger.FileStore(params["ledger_file"]).read()[0])) == [first["drill"]["id"]]
