@@ -23,6 +23,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.experime
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 
+# The resolution of a detection time (a range query's step, seconds).
+RANGE_STEP = "0.1"
 FENCED_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING")
 # The remediation's breaker (remediation/store.py); read here, never written.
 BREAKER_CONFIGMAP = "gpufleet-remediation-breaker"
@@ -47,7 +49,7 @@ def first_above(prometheus_url: str, query: str, since: float, until: float, lev
     """When the query's value first went above (or reached) ``level`` in [since, until], from a
     range query: the drill's poll interval and Ansible's start-up do not count towards the time."""
     answer = http_json("%s/api/v1/query_range?%s" % (prometheus_url.rstrip("/"), urllib.parse.urlencode(
-        {"query": query, "start": "%.3f" % since, "end": "%.3f" % until, "step": "0.5"})))
+        {"query": query, "start": "%.3f" % since, "end": "%.3f" % until, "step": RANGE_STEP})))
     for series in (answer.get("data") or {}).get("result") or []:
         for stamp, value in series.get("values") or []:
             if float(value) > level if strict else float(value) >= level:
