@@ -187,7 +187,11 @@ def test_an_xid79_alert_runs_the_playbook_for_its_node(eda):
     assert "fatal GPU fault" in trigger["annotations"]["summary"]
     # The rulebook's inventory: localhost, local, the venv's Python, the lab, and every
     # remediation_* setting of the play; its environment: the collections, the cluster, Slurm.
-    assert run["inventory"] == {"ansible_connection": "local", "ansible_python_interpreter": str(VENV_BIN / "python3"),
+    # The interpreter is the venv's, by whichever name its ansible-playbook runs it (python3 or python3.11,
+    # depending on the Python the venv was made from).
+    interpreter = Path(run["inventory"]["ansible_python_interpreter"])
+    assert interpreter.parent == VENV_BIN and interpreter.name.startswith("python3"), interpreter
+    assert run["inventory"] == {"ansible_connection": "local", "ansible_python_interpreter": str(interpreter),
                                 "gpufleet_lab_dir": str(lab.lab_dir), "kubernetes_kubeconfig": str(lab.kubeconfig)}
     assert run["remediation_vars"].get("remediation_test_marker") == "handed-on"
     assert run["environment"]["ANSIBLE_COLLECTIONS_PATH"] == str(REPO / "collections")
