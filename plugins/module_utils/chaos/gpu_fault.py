@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -27,7 +26,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import e
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_lookup import xid_info
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.process import is_alive, read_record
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset import forget_xids
 
 BACKENDS = ("nvml_sim", "kmsg", "dcgm")
 DEV_KMSG = "/dev/kmsg"
@@ -298,15 +297,6 @@ def _revert_nvml(state_dir: str, gpu: int, undo: Mapping[str, Any]) -> List[str]
         except FileNotFoundError:
             pass  # delivered to the agent: forget_xids handles that
     return done
-
-
-def forget_xids(lab_dir: str, node: str) -> bool:
-    """SIGUSR1 to the node's lab agent, found by its recorded PID: it forgets its XID history."""
-    record = read_record(os.path.join(lab_dir, "run"), "health-agent-%s" % node)
-    if record is None or not is_alive(record):
-        return False
-    os.kill(record.pid, signal.SIGUSR1)
-    return True
 
 
 # -- kmsg and dcgm -----------------------------------------------------------------------------

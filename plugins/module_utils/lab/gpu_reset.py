@@ -25,12 +25,25 @@ def reset_lab_gpu(lab_dir: str, node: str, gpu: Any, check_mode: bool = False) -
         raise FieldError("node", "%s has no simulated GPUs in %s" % (node, state_dir))
     actions: List[str] = []
     actions.append("reset the simulated GPU%s of %s" % ("" if gpu is None else " %s" % gpu, node))
-    record = read_record(os.path.join(lab_dir, "run"), "health-agent-%s" % node)
-    agent_alive = record is not None and is_alive(record)
-    if agent_alive:
-        actions.append("SIGUSR1 to health agent PID %d (forget the XID history)" % record.pid)
+    agent = live_agent(lab_dir, node)
+    if agent is not None:
+        actions.append("SIGUSR1 to health agent PID %d (forget the XID history)" % agent.pid)
     if not check_mode:
         fake_gpu_state.clear(state_dir)
-        if agent_alive:
-            os.kill(record.pid, signal.SIGUSR1)
-    return {"changed": True, "actions": actions, "agent_told": agent_alive}
+        forget_xids(lab_dir, node)
+    return {"changed": True, "actions": actions, "agent_told": agent is not None}
+
+
+def live_agent(lab_dir: str, node: str) -> Any:
+    """The node's lab health agent's process record, when it runs (found by recorded PID, never by name)."""
+    record = read_record(os.path.join(lab_dir, "run"), "health-agent-%s" % node)
+    return record if record is not None and is_alive(record) else None
+
+
+def forget_xids(lab_dir: str, node: str) -> bool:
+    """SIGUSR1 to the node's lab agent: it forgets its XID history. False when no agent runs."""
+    agent = live_agent(lab_dir, node)
+    if agent is None:
+        return False
+    os.kill(agent.pid, signal.SIGUSR1)
+    return True
