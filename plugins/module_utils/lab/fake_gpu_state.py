@@ -19,6 +19,7 @@ Standard library only: the chaos backend and the CLI use it without pynvml.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -104,10 +105,16 @@ class GpuState:
     nvlink_crc_data_errors: int = field(default=0, metadata={"max": _U64})
     nvlink_ecc_data_errors: int = field(default=0, metadata={"max": _U64})
     lost: bool = False  # fallen off the bus: every per-device call returns NVML_ERROR_GPU_IS_LOST
+    # Simulated sustained throughput in per mille of the product's nominal (1000 = nominal), the
+    # figure the variability baseline reads (docs/scheduling.md). 0 means "not simulated yet":
+    # init() then writes simulated_perf_permille(), so a rerun never changes a figure once written.
+    # fake_nvml.c skips keys it does not know, so NVML never sees it.
+    perf_permille: int = field(default=0, metadata={"max": 10000})
 
 
 IDENTITY_FIELDS = ("uuid", "serial", "pci_bus_id", "product", "name")
-CAPABILITY_FIELDS = ("pci_device_id", "memory_total", "nvlink_supported", "nvlink_links", "retired_pages_supported")
+CAPABILITY_FIELDS = ("pci_device_id", "memory_total", "nvlink_supported", "nvlink_links", "retired_pages_supported",
+                     "perf_permille")
 SETTABLE_FIELDS = tuple(f.name for f in fields(GpuState) if f.name not in IDENTITY_FIELDS)
 HEALTH_FIELDS = tuple(name for name in SETTABLE_FIELDS if name not in CAPABILITY_FIELDS)
 _HEALTHY = {f.name: f.default for f in fields(GpuState) if f.name in HEALTH_FIELDS}
@@ -266,6 +273,47 @@ def _product_identity(product: str) -> Dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------- simulated performance
+
+# How much slower than nominal a node's weakest GPU is, in per mille, by the node's hash: most
+# nodes are uniform, some have one GPU a little or a lot slower (the spread PAL measured on real
+# clusters: a few percent, with a tail beyond ten).
+_SLOW_GPU_PERMILLE = (0, 0, 55, 120)
+_PERF_SALT = "gpufleet-perf-v19"  # chosen so the lab pool shows all three classes
+
+
+def _hash(text: str) -> bytes:
+    return hashlib.sha256(f"{_PERF_SALT}/{text}".encode()).digest()
+
+
+def simulated_perf_permille(node: str, gpu: int) -> int:
+    """A deterministic per-GPU figure from the node name and index: reruns and tests reproduce it.
+
+    Every GPU gets up to 1.9 % of jitter; a node's hash may also make one of its GPUs slower.
+    """
+    node_hash = _hash(node)
+    slow = _SLOW_GPU_PERMILLE[node_hash[0] % len(_SLOW_GPU_PERMILLE)] if gpu == node_hash[1] % 8 else 0
+    return 1000 - _hash(f"{node}/gpu{gpu}")[0] % 20 - slow
+
+
+def _with_perf(state: GpuState, node: str, gpu: int) -> GpuState:
+    # Only where absent (0): a figure a test or an operator set is kept.
+    return state if state.perf_permille else replace(state, perf_permille=simulated_perf_permille(node, gpu))
+
+
+def fill_simulated_perf(state_dir: str) -> bool:
+    """Give every GPU that has no perf_permille its simulated one; True when a file changed."""
+    with _locked(state_dir):
+        node = _load_node(state_dir)
+        changed = False
+        for gpu in range(node.count):
+            current = _load_gpu(state_dir, gpu)
+            wanted = _with_perf(current, node.node, gpu)
+            if wanted != current:
+                changed |= _store_gpu(state_dir, gpu, wanted)
+        return changed
+
+
 # ---------------------------------------------------------------- API
 
 
@@ -296,11 +344,13 @@ def init(state_dir: str, count: int, node: str, product: str) -> bool:
                 with open(path, encoding="ascii") as fh:
                     existing = _decode(GpuState, fh.read(), path)
                 state = existing if existing.product == product else replace(existing, **identity)
+                state = _with_perf(state, node, gpu)
             else:
                 state = GpuState(
                     uuid=f"GPU-{uuid.uuid4()}",
                     serial=str(1650000000000 + secrets.randbelow(10**10)),
                     pci_bus_id=_pci_bus_id(gpu),
+                    perf_permille=simulated_perf_permille(node, gpu),
                     **identity,
                 )
             changed |= _store_gpu(state_dir, gpu, state)

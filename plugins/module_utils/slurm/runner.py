@@ -85,6 +85,9 @@ SLURM_COMMANDS: Dict[str, Dict[str, ArgFormat]] = {
         "node_name": Fmt.key_value("NodeName"),
         "state": Fmt.key_value("State"),
         "reason": Fmt.key_value("Reason"),
+        "weight": Fmt.key_value("Weight"),
+        "available_features": Fmt.key_value("AvailableFeatures"),
+        "active_features": Fmt.key_value("ActiveFeatures"),
         "job_list": Fmt.joined(","),
     },
     "sinfo": {
