@@ -20,6 +20,10 @@ description:
   - GPU faults (XID, ECC, retired pages, row remapping, thermal, power, NVLink, fallen off the bus) go through the
     V(nvml_sim) (lab), V(kmsg) and V(dcgm) backends; GPU burn and checkpoint chaos have their own
     (docs/chaos.md). Every backend is refused before any change when the site lacks what it needs.
+  - "Since 0.5.0: NCCL variables (V(slurm_taskprolog), V(nccl_conf); restored byte for byte), traffic control on a
+    fabric interface or the lab's own veth path (tbf rate, nftables loss, netem delay where the kernel has it; a knob
+    the kernel cannot apply is listed as not injected) with bpftrace counts, and NUMA and CPU loads (stress-ng with
+    numactl, as a Slurm job or a process)."
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
@@ -50,10 +51,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
     SlurmClient,
     check_job_ids,
     check_node,
-)
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
-    SlurmCommandError,
-    SlurmTimeoutError,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SLURM_COMMANDS, Fmt, SlurmRunner
 
@@ -91,10 +88,7 @@ SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_m
 _FAULT_ID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _IMAGE = re.compile(r"^[^\s]+$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 # What scancel says about a job that has ended (still known to slurmctld, or already purged).
-_JOB_GONE = re.compile(r"already completing or completed|Invalid job id specified", re.I)
 
 # sbatch is not one of the Slurm client's commands; the burn declares its options here and runs
 # sbatch through the same runner (argv, LC_ALL=C, SLURM_CONF, timeout, typed errors, check mode).
@@ -188,7 +182,7 @@ def check_spec(spec: Mapping[str, Any], lab: Optional[bool] = None, namespace: O
         for name in ("memory_percent", "tensor_cores"):
             if name in given:
                 raise FieldError("params.%s" % name, "is a gpu_burn option (-m, -tc); tool %s has none" % tool)
-    neighbour = _bool(params, "neighbour_job", False)
+    neighbour = bool_param(params, "neighbour_job", False)
     if neighbour and via != "lab":
         raise FieldError("params.neighbour_job", "is for via lab, whose burn is simulated; via %s runs a real "
                          "burn job already" % via)
@@ -211,12 +205,12 @@ def check_spec(spec: Mapping[str, Any], lab: Optional[bool] = None, namespace: O
     return Burn(
         node=node,
         fault_id=fault_id,
-        seconds=_int(params, "seconds", 1, MAX_SECONDS, None),
+        seconds=int_param(params, "seconds", 1, MAX_SECONDS, None),
         gpus=_gpus(params.get("gpus", "all")),
         via=via,
         tool=tool,
-        memory_percent=_int(params, "memory_percent", 1, 100, DEFAULT_MEMORY_PERCENT),
-        tensor_cores=_bool(params, "tensor_cores", False),
+        memory_percent=int_param(params, "memory_percent", 1, 100, DEFAULT_MEMORY_PERCENT),
+        tensor_cores=bool_param(params, "tensor_cores", False),
         neighbour_job=neighbour,
         namespace=namespace,
         image=image if via == "kubernetes" else None,
@@ -236,26 +230,6 @@ def _via(given: Any, backend: Any, lab: bool) -> str:
     experiment = experiments.get(EXPERIMENT)
     defaults = experiment.lab_backends if lab else experiment.site_backends
     return defaults[0] if defaults and defaults[0] in VIAS else ("lab" if lab else "slurm")
-
-
-def _int(params: Mapping[str, Any], name: str, low: int, high: int, default: Optional[int]) -> int:
-    value = params.get(name, default)
-    if value is None:
-        raise FieldError("params.%s" % name, "is required: an integer from %d to %d" % (low, high))
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FieldError("params.%s" % name, "must be an integer from %d to %d, got %r" % (low, high, value))
-    return value
-
-
-def _bool(params: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = params.get(name, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise FieldError("params.%s" % name, "must be true or false, got %r" % (value,))
 
 
 def _gpus(value: Any) -> Optional[Tuple[int, ...]]:
@@ -526,14 +500,9 @@ def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, 
         ids += [job.job_id for job in client.jobs() if job.name == job_name and job.job_id not in ids]
     reverted: List[str] = []
     for one in ids:
-        try:
-            result = client.cancel([one])
-        except SlurmTimeoutError:
-            raise
-        except SlurmCommandError as exc:
-            if _JOB_GONE.search(exc.stderr or ""):
-                continue  # it ended on its own: nothing to stop
-            raise
+        result = client.cancel_unless_gone(one)
+        if result is None:
+            continue  # it ended on its own: nothing to stop
         verb = "cancelled" if result.ran else "would cancel"
         reverted.append("%s Slurm job %s (%s)" % (verb, one, shlex.join(result.argv)))
     return {"reverted": reverted, "already": not reverted}

@@ -157,6 +157,54 @@ _add(Experiment(
                "capability in the lab",),
     params={"mode": "cut"},
 ))
+_add(Experiment(
+    name="nccl_env", family="nccl_env",
+    summary="Set NCCL variables (params.vars) for the jobs started on the target; restored byte for byte",
+    lab_backends=("slurm_taskprolog",), site_backends=("nccl_conf",), detection=None,
+    missing_alert_hint="export each job's NCCL_* environment (and nccl.conf's settings) as a metric or a job label, "
+                       "e.g. from the TaskProlog or the launcher, and the jobs' NCCL bus bandwidth: nothing shows "
+                       "today that a node's jobs run with a changed NCCL configuration",
+    simulated=("no NCCL and no nccl-tests in the lab: the variables reach the jobs' environment, nothing uses them",),
+    params={"vars": {"NCCL_IB_DISABLE": "1"}},
+))
+_add(Experiment(
+    name="net_degrade", family="network",
+    summary="Delay, loss and a rate limit on the fabric/IPoIB interface (tc, nftables), observed with eBPF",
+    lab_backends=("netns",), site_backends=("tc+nft",), detection=None,
+    missing_alert_hint="interface counters on the node (node_exporter's node_network_transmit_drop_total and "
+                       "throughput, the InfiniBand port counters for RDMA, which bypasses tc) and an alert on drops "
+                       "or a throughput fall: today only the drill's own eBPF counts show a degraded fabric",
+    simulated=("the fabric: two network namespaces joined by a veth pair, built by the drill; the degradation "
+               "and the eBPF counts are real on that path",),
+    params={"delay_ms": 50, "loss_percent": 5, "rate_mbit": 10},
+))
+_NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"
+              "seconds_total and node_pressure_memory_*, node_memory_numa_numa_miss_total / numa_foreign with "
+              "--collector.meminfo_numa) and an alert on them beside the protected job's step rate: nothing "
+              "today shows a noisy neighbour or remote memory slowing a job")
+_NUMA_LOAD = ("the target node: the lab's Slurm nodes are slurmd daemons on one machine, so the load (real "
+              "stress-ng, a real Slurm job) runs on that machine beside every lab node's jobs")
+_add(Experiment(
+    name="numa_remote_memory", family="numa",
+    summary="A job's memory on the far NUMA node (numactl --membind), its CPUs on the near one (stress-ng --vm)",
+    lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
+    simulated=(_NUMA_LOAD + "; the lab machine has one NUMA node, so no memory is remote",),
+    params={"seconds": 60, "workers": 1, "memory_percent": 10},
+))
+_add(Experiment(
+    name="numa_memory_pressure", family="numa",
+    summary="Memory pressure on one NUMA node (stress-ng --vm bound there with numactl)",
+    lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
+    simulated=(_NUMA_LOAD + "; one NUMA node: the pressure is on the whole machine",),
+    params={"seconds": 60, "workers": 1, "memory_percent": 50},
+))
+_add(Experiment(
+    name="cpu_saturation", family="numa",
+    summary="CPU saturation beside the protected job (stress-ng --cpu N --cpu-load P)",
+    lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
+    simulated=(_NUMA_LOAD,),
+    params={"seconds": 60, "workers": 1, "load_percent": 100},
+))
 
 
 def get(name: Any) -> Experiment:

@@ -23,6 +23,7 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_lookup import xid_info
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
@@ -50,7 +51,7 @@ class Fault:
         self.experiment = experiment
         self.params = dict(experiments.get(experiment).params)
         self.params.update(params or {})
-        self.gpu = _int(self.params, "gpu", 0, 31)
+        self.gpu = int_param(self.params, "gpu", 0, 31)
         self.xid: Optional[int] = None
         self.fields: Dict[str, Any] = {}  # absolute values, or ("add", n) / ("or", bits) on the current one
         self.kernel_lines: List[str] = []  # with {bus}
@@ -60,14 +61,14 @@ class Fault:
 
     # -- the faults ------------------------------------------------------------------------------
     def _gpu_xid(self) -> None:
-        self.xid = _int(self.params, "xid", 1, 2**31)
+        self.xid = int_param(self.params, "xid", 1, 2**31)
         info = xid_info(self.xid)
         self.params["xid_severity"] = info["severity"]
         self._xid_line(self.xid, info["description"] or info["name"])
         self.dcgm, self.dcgm_healthy = [(DCGM_XID_ERRORS, self.xid)], [(DCGM_XID_ERRORS, 0)]
 
     def _gpu_ecc_dbe(self) -> None:
-        count = _int(self.params, "count", 1, 10**9)
+        count = int_param(self.params, "count", 1, 10**9)
         self.xid = 48
         self.fields = {"ecc_dbe_volatile": ("add", count), "ecc_dbe_aggregate": ("add", count)}
         self._xid_line(48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
@@ -75,7 +76,7 @@ class Fault:
         self.dcgm, self.dcgm_healthy = [(DCGM_ECC_DBE_VOL_TOTAL, count)], [(DCGM_ECC_DBE_VOL_TOTAL, 0)]
 
     def _gpu_ecc_sbe_storm(self) -> None:
-        count = _int(self.params, "count", 1, 10**12)
+        count = int_param(self.params, "count", 1, 10**12)
         self.fields = {"ecc_sbe_volatile": ("add", count), "ecc_sbe_aggregate": ("add", count)}
         self._xid_line(92, "High single-bit ECC error rate")
         self.dcgm, self.dcgm_healthy = [(DCGM_ECC_SBE_VOL_TOTAL, count)], [(DCGM_ECC_SBE_VOL_TOTAL, 0)]
@@ -91,20 +92,20 @@ class Fault:
         self.dcgm, self.dcgm_healthy = [(DCGM_ROW_REMAP_FAILURE, 1)], [(DCGM_ROW_REMAP_FAILURE, 0)]
 
     def _gpu_thermal(self) -> None:
-        temperature = _int(self.params, "temperature_c", 40, 200)
+        temperature = int_param(self.params, "temperature_c", 40, 200)
         self.fields = {"temperature": temperature,
                        "throttle_reasons": ("or", experiments.SW_THERMAL | experiments.HW_THERMAL)}
         self.dcgm = [(DCGM_GPU_TEMP, temperature), (DCGM_THERMAL_VIOLATION, 10**9)]
         self.dcgm_healthy = [(DCGM_GPU_TEMP, 40), (DCGM_THERMAL_VIOLATION, 0)]
 
     def _gpu_power(self) -> None:
-        power_w = _int(self.params, "power_w", 1, 5000)
+        power_w = int_param(self.params, "power_w", 1, 5000)
         self.fields = {"power_mw": power_w * 1000,
                        "throttle_reasons": ("or", experiments.SW_POWER_CAP | experiments.HW_POWER_BRAKE)}
         self.dcgm, self.dcgm_healthy = [(DCGM_POWER_VIOLATION, 10**9)], [(DCGM_POWER_VIOLATION, 0)]
 
     def _gpu_nvlink(self) -> None:
-        count = _int(self.params, "count", 1, 10**12)
+        count = int_param(self.params, "count", 1, 10**12)
         self.fields = {"nvlink_crc_flit_errors": ("add", count), "nvlink_replay_errors": ("add", max(1, count // 10))}
         if self.params.get("link_down"):
             self.fields["nvlink_down"] = ("or", 1)
@@ -136,15 +137,6 @@ class Fault:
         pairs = self.dcgm_healthy if healthy else self.dcgm
         return [["dcgmi", "test", "--inject", "--gpuid", str(self.gpu), "-f", str(field), "-v", str(value)]
                 for field, value in pairs]
-
-
-def _int(params: Mapping[str, Any], name: str, low: int, high: int) -> int:
-    value = params.get(name)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FieldError("params.%s" % name, "must be an integer from %d to %d, got %r" % (low, high, value))
-    return value
 
 
 def _describe(value: Any) -> str:

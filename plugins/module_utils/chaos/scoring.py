@@ -124,6 +124,8 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
     for phase in phases:
         if phase.get("ok") is False:
             findings.append("phase %s failed: %s" % (phase["phase"], (phase.get("detail") or {}).get("error", "")))
+    # A knob this site could not apply ran as a shortfall of the drill, not as a failure: say so.
+    findings += ["not injected (missing capability): %s" % text for text in drill.get("not_injected") or []]
     for fault in faults:
         if fault.get("rollback") != "done":
             findings.append("fault %s on %s was not rolled back (%s)" % (
@@ -148,6 +150,7 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
         "dry_run": dry_run,
         "lab": bool(drill.get("lab")),
         "simulated": list(drill.get("simulated") or []),
+        "not_injected": list(drill.get("not_injected") or []),
         "started_at": drill["started_at"],
         "finished_at": finished_at,
         "result": "dry_run" if dry_run else result(steps, phases, aborted),

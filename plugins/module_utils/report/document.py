@@ -67,6 +67,7 @@ DRILL_SCHEMA: Dict[str, Any] = {
         "dry_run": {"type": "boolean"},
         "lab": {"type": "boolean"},
         "simulated": _TEXTS,
+        "not_injected": _TEXTS,
         "started_at": _NUMBER,
         "finished_at": _NUMBER_OR_NULL,
         "result": {"enum": list(RESULTS)},
@@ -140,6 +141,7 @@ DRILL_SCHEMA: Dict[str, Any] = {
                     "rolled_back_at": _NUMBER_OR_NULL,
                     "rollback": {"enum": list(ROLLBACKS)},
                     "actions": _TEXTS,
+                    "observed": {"type": "object"},
                 },
             },
         },
@@ -188,7 +190,7 @@ def check(doc: Any) -> Dict[str, Any]:
             raise FieldError("events[%d]" % index, "needs a name and a numeric 'at' (epoch seconds)")
     for name in ("phases", "gaps", "faults"):
         _check_list(doc, name)
-    for name in ("targets", "simulated", "findings"):
+    for name in ("targets", "simulated", "not_injected", "findings"):
         value = doc.get(name)
         if value is not None and not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
             raise FieldError(name, "must be a list of strings")
@@ -337,9 +339,24 @@ def fault_rows(doc: Mapping[str, Any]) -> List[Tuple[str, ...]]:
     return [
         (str(fault.get("id")), str(fault.get("node")), str(fault.get("backend") or "-"),
          clock(fault.get("injected_at")), clock(fault.get("rolled_back_at")), str(fault.get("rollback")),
-         "; ".join(fault.get("actions") or []) or "-")
+         "; ".join(list(fault.get("actions") or []) + observed_texts(fault.get("observed"))) or "-")
         for fault in doc.get("faults") or []
     ]
+
+
+def observed_texts(observed: Any) -> List[str]:
+    """What a family measured while its fault was on (the network family: eBPF counts, throughput,
+    drops), as short texts for the faults table."""
+    if not isinstance(observed, dict):
+        return []
+    texts = []
+    for key, value in sorted(observed.items()):
+        if key == "not_injected":
+            continue  # the document's own not_injected list says it
+        if isinstance(value, dict):
+            value = ", ".join("%s=%s" % item for item in sorted(value.items()))
+        texts.append("observed %s: %s" % (key, value))
+    return texts
 
 
 PHASE_HEADER = ("Phase", "OK", "Took")

@@ -52,10 +52,13 @@ NODE_STATES = ("DOWN", "DRAIN", "RESUME", "FUTURE", "UNDRAIN")
 # Slurm records who set a reason and when; these states take one, and require it.
 STATES_WITH_REASON = ("DOWN", "DRAIN")
 
+# What scancel says about a job that has ended (or was purged): nothing to cancel.
+_JOB_GONE = re.compile(r"already completing or completed|Invalid job id specified", re.I)
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _SIGNAL = re.compile(r"^(SIG)?[A-Z][A-Z0-9+]*$|^[0-9]{1,2}$")
 # A reason is printed on one line; a newline would cut it in `scontrol show node` text.
+_FEATURE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -136,6 +139,30 @@ class SlurmClient:
         return self.runner.run("scontrol", "action node_name state reason", mutating=True, nodes=[node],
                                action=["update"], node_name=node, state=state, reason=reason)
 
+    def set_node_placement(self, node: str, weight: int, features: Sequence[str],
+                           active_features: Sequence[str]) -> CommandResult:
+        """``scontrol update NodeName=<node> Weight=<n> AvailableFeatures=<a,b> ActiveFeatures=<a,b>``.
+
+        22.05 without a node_features plugin takes both feature lists (active must be a subset of
+        available, else "Active features not subset of available features"), and an empty list
+        clears them. ``scontrol reconfigure`` and a slurmctld restart put slurm.conf's values back.
+        """
+        check_node(node)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight < 2**32 - 1:
+            raise FieldError("weight", "must be an integer in 0..%d, not %r" % (2**32 - 2, weight))
+        lists = {}
+        for name, values in (("features", features), ("active_features", active_features)):
+            words = [str(value) for value in values]
+            bad = [word for word in words if not _FEATURE.match(word)]
+            if bad:
+                raise FieldError(name, "must be feature names (letters, digits, '_', '.', '-'), not %s" % bad)
+            lists[name] = ",".join(words)
+        if not set(active_features) <= set(features):
+            raise FieldError("active_features", "must be a subset of features")
+        return self.runner.run("scontrol", "action node_name weight available_features active_features",
+                               mutating=True, nodes=[node], action=["update"], node_name=node, weight=weight,
+                               available_features=lists["features"], active_features=lists["active_features"])
+
     def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
         """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled."""
         ids = check_job_ids(job_ids)
@@ -151,6 +178,18 @@ class SlurmClient:
     def cancel(self, job_ids: Sequence[Any]) -> CommandResult:
         """``scancel <ids>``."""
         return self.runner.run("scancel", "job_ids", mutating=True, job_ids=check_job_ids(job_ids))
+
+    def cancel_unless_gone(self, job_id: Any) -> Optional[CommandResult]:
+        """``scancel <id>``, or None when Slurm says the job has already ended or is unknown:
+        a rollback that finds its load job gone has nothing left to stop."""
+        try:
+            return self.cancel([job_id])
+        except SlurmTimeoutError:
+            raise
+        except SlurmCommandError as exc:
+            if _JOB_GONE.search(exc.stderr or ""):
+                return None
+            raise
 
 
 def check_node(node: Any, field: str = "node") -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
+    api,
     experiments,
     gate,
     gpu_fault,
@@ -115,7 +116,7 @@ def test_file_store_updates_atomically(tmp_path):
 def test_every_experiment_names_a_family_and_its_loop():
     for name in experiments.names():
         experiment = experiments.get(name)
-        assert experiment.family in ("gpu_fault", "burn", "checkpoint")
+        assert experiment.family in api.FAMILIES, name
         expect = experiments.loop_expectations(experiment, dict(experiment.params))
         # A fault no alert rule covers must say what to add: that is the drill's gap finding.
         assert expect["alerts"] or expect["missing_alert_hint"], name

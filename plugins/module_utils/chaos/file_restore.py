@@ -1,0 +1,95 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""Exact file restore for the chaos families that edit a file (nccl_env, numa's kubelet config).
+
+A file's state is a dict: ``existed``; when it did, ``size``, ``sha256``, ``mode``, ``uid``, ``gid``
+and, with the content, ``content_b64`` (the bytes as base64). It goes to a sidecar file beside the
+edited one *before* the edit, so a controller killed between the edit and the ledger's record of the
+undo still leaves what the rollback needs. Writes are atomic (a temporary file in the same directory,
+fsync, rename): a reader sees the old file or the new one, never a part.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from typing import Any, Dict, Mapping, Optional
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+SIDECAR = ".%s.gpufleet-chaos-%s"
+_FAULT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def sidecar_path(path: str, fault_id: Any) -> str:
+    """The sidecar of ``path`` for one fault: a hidden file in the same directory."""
+    if not isinstance(fault_id, str) or not _FAULT_ID.match(fault_id):
+        raise FieldError("fault_id", "not a fault id: %r" % (fault_id,))
+    return os.path.join(os.path.dirname(path), SIDECAR % (os.path.basename(path), fault_id))
+
+
+def state(path: Optional[str], with_content: bool = False) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:  # type: ignore[arg-type]
+            content = handle.read()
+            info = os.fstat(handle.fileno())
+    except FileNotFoundError:
+        return {"existed": False}
+    found = {"existed": True, "size": len(content), "sha256": hashlib.sha256(content).hexdigest(),
+             "mode": info.st_mode & 0o7777, "uid": info.st_uid, "gid": info.st_gid}
+    if with_content:
+        found["content_b64"] = base64.b64encode(content).decode()
+    return found
+
+
+def content(recorded: Mapping[str, Any]) -> Optional[bytes]:
+    return base64.b64decode(recorded["content_b64"]) if recorded.get("existed") else None
+
+
+def write_atomic(path: str, data: bytes, mode: int, uid: Optional[int], gid: Optional[int]) -> None:
+    """A reader sees the old file or the new one, never a part: temp file in the same directory, rename."""
+    fd, temporary = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        if uid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
+            os.chown(temporary, uid, gid if gid is not None else -1)
+        os.replace(temporary, path)
+    except BaseException:
+        unlink(temporary)
+        raise
+
+
+def write_sidecar(sidecar: str, recorded: Mapping[str, Any]) -> None:
+    write_atomic(sidecar, json.dumps(dict(recorded)).encode(), 0o600, None, None)
+
+
+def read_sidecar(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def restore(path: str, previous: Mapping[str, Any]) -> bool:
+    """Put back the recorded state (its bytes, mode and owner, or its absence); True when the file's
+    sha256 then matches the record (or the file is absent as it was)."""
+    if previous.get("existed"):
+        write_atomic(path, content(previous) or b"", previous["mode"], previous["uid"], previous["gid"])
+        return state(path).get("sha256") == previous["sha256"]
+    unlink(path)
+    return True
+
+
+def unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
