@@ -13,7 +13,7 @@ LAB_DIR ?= /var/tmp/gpufleet-lab
 BIN := $(CURDIR)/$(VENV)/bin
 # Debian packages the lab and the tests use (bindep.txt lists them for EE builds).
 DEBS := munge slurmctld slurmd slurm-client openssl gcc make git iproute2 procps prometheus prometheus-alertmanager \
-  openjdk-17-jre-headless chromium
+  openjdk-17-jre-headless chromium cron nftables bpftrace numactl stress-ng
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections

@@ -16,7 +16,7 @@ description:
     to change, when a target has not opted in (label C(gpufleet.io/chaos=allowed), or O(allowed_nodes) on bare
     metal), when more than C(blast_radius.max_nodes) nodes or C(blast_radius.max_percent) of a pool are targeted,
     when the duration is missing or over O(max_duration), when the kill switch is on, or when a target already has
-    an active fault or drill.
+    an active fault or drill, and with O(exclusive) when any other drill or a remediation is under way.
   - Returns the drill (its id, the resolved parameters, what the feedback loop is expected to show) and the plan
     of every injection. In check mode (dry run) nothing is registered; the plan is all it returns.
   - Registers the drill in the chaos ledger, so a second drill on the same node is refused while this one runs.
@@ -64,6 +64,14 @@ options:
     type: list
     elements: str
     default: []
+  exclusive:
+    description:
+      - Refuse the drill when any other drill is active anywhere in the ledger, or when a remediation is under
+        way (its progress ConfigMap has not finished). Scheduled drills set it, so a timer never starts a drill
+        on a fleet that is already being tested or repaired.
+    type: bool
+    default: false
+    version_added: 0.5.0
   deadlines:
     description: Seconds after the injection by which each loop step must be seen (detected, alerted, scheduler,
       recovered).
@@ -126,6 +134,7 @@ def main():
             max_duration=dict(type="float", default=3600),
             blast_radius=dict(type="dict", default={}),
             allowed_nodes=dict(type="list", elements="str", default=[]),
+            exclusive=dict(type="bool", default=False),
             deadlines=dict(type="dict", default={}),
             protected_job=dict(type="str"),
             protected_output=dict(type="path"),

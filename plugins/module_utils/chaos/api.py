@@ -10,6 +10,7 @@ rollback, so ``playbooks/chaos-stop.yml`` or the watchdog can finish what a kill
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import secrets
 import socket
@@ -23,15 +24,20 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     gate,
     gpu_fault,
     ledger,
+    nccl_env,
+    network,
+    numa,
     observe,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
-FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint}
+FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint, "nccl_env": nccl_env,
+            "network": network, "numa": numa}
 POOL_LABEL = "gpufleet.io/pool"
 # DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
 REINJECT_EVERY_S = 30.0
@@ -131,6 +137,24 @@ def _spec(drill: Mapping[str, Any], node: str, fault_id: str, lab_dir: Optional[
 
 
 # -- the gate ----------------------------------------------------------------------------------
+def _remediations_under_way(kube: Any, params: Mapping[str, Any]) -> List[str]:
+    """The remediations whose progress ConfigMap says they have not finished (a failed one has not:
+    the remediation resumes it, remediation/progress.py ``finished``)."""
+    if kube is None:
+        return []
+    namespace = params.get("namespace") or "gpufleet-system"
+    found = []
+    for item in kube.list_namespaced_config_map(namespace).items:
+        node = remediation_objects.progress_node(item.metadata.name)
+        raw = (item.data or {}).get(remediation_objects.PROGRESS_KEY)
+        if not node or not raw:
+            continue
+        progress = json.loads(raw)
+        if not progress.get("finished_at") or progress.get("result") == "failed":
+            found.append("remediation %s of %s is under way" % (progress.get("id"), node))
+    return found
+
+
 def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
     now = time.time() if now is None else now
     experiment = experiments.get(params.get("experiment"))
@@ -149,11 +173,18 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     store = ledger_store(params, kube)
     pools = _pools(kube)
 
+    remediating = _remediations_under_way(kube, params) if params.get("exclusive") else []
+
     def refusals_in(data: ledger.Data) -> List[Dict[str, str]]:
         held = sorted({name for drill in ledger.drills(data).values() for name in drill.get("targets") or []})
+        not_alone = []
+        if params.get("exclusive"):
+            not_alone = ["drill %s is active (%s on %s)" % (drill_id, drill.get("experiment"),
+                                                            ",".join(drill.get("targets") or []))
+                         for drill_id, drill in sorted(ledger.drills(data).items())] + remediating
         return gate.refusals(targets, _pool_sizes(pools), rails, params.get("duration"), allowed,
                              ledger.kill_switch(data), ledger.active_on(data, [t["name"] for t in targets]),
-                             [{"name": name, "pool": pools.get(name, "")} for name in held])
+                             [{"name": name, "pool": pools.get(name, "")} for name in held], not_alone)
 
     refusals = refusals_in(_read(store))
     if refusals:
@@ -173,11 +204,14 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     for item in plans:
         simulated += [s for s in item.get("simulated") or [] if s not in simulated]
     missing = sorted({m for item in plans for m in item.get("missing") or []})
+    # A knob this site cannot apply (netem delay on a kernel without netem): the drill runs without it.
+    not_injected = sorted({m for item in plans for m in item.get("not_injected") or []})
     drill = {
         "id": drill_id, "experiment": experiment.name, "family": experiment.family, "summary": experiment.summary,
         "params": resolved, "backend": params.get("backend") or "default",
         "targets": [t["name"] for t in targets], "dry_run": bool(check_mode), "lab": bool(params.get("lab_dir")),
-        "simulated": simulated, "missing": missing, "started_at": now, "duration": float(params["duration"]),
+        "simulated": simulated, "missing": missing, "not_injected": not_injected, "started_at": now,
+        "duration": float(params["duration"]),
         "expires_at": now + float(params["duration"]), "holder": _holder(),
         "expectations": experiments.loop_expectations(experiment, resolved), "deadlines": deadlines,
     }
@@ -363,7 +397,9 @@ def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], h
     at = time.time()
     reverted = list(done.get("reverted") or [])
     store.update(lambda data: (ledger.finish(data, entry["id"], how, at, reverted), None))
-    return _fault_row(entry, rolled_back_at=at, rollback="done", actions=reverted)
+    # What the family saw while the fault was on (the network family's eBPF counts) goes in the report.
+    seen = {"observed": done["observed"]} if done.get("observed") else {}
+    return _fault_row(entry, rolled_back_at=at, rollback="done", actions=reverted, **seen)
 
 
 def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: Mapping[str, Any],

@@ -60,10 +60,13 @@ def refusals(
     kill_switch: Optional[Mapping[str, Any]] = None,
     busy: Sequence[Mapping[str, Any]] = (),
     under_chaos: Sequence[Mapping[str, Any]] = (),
+    not_alone: Sequence[str] = (),
 ) -> List[Dict[str, str]]:
     """``targets``: [{"name", "labels", "pool"}]; ``busy``: ledger entries already on those nodes;
     ``under_chaos``: [{"name", "pool"}] the nodes other active drills hold - the blast radius counts
-    them too, so concurrent drills cannot add up to more than the caps."""
+    them too, so concurrent drills cannot add up to more than the caps. ``not_alone``: for an
+    exclusive drill (a scheduled one), what else is going on in the fleet - other drills anywhere,
+    remediations under way - each a refusal."""
     found: List[Dict[str, str]] = []
 
     def refuse(field: str, why: str) -> None:
@@ -99,6 +102,8 @@ def refusals(
         if count > cap and any((node.get("pool") or "") == pool for node in targets):
             refuse("blast_radius.max_percent", "%d of the %d nodes of pool %s under chaos with this drill; %s%% "
                    "allows %d" % (count, size, pool or "(none)", rails.max_percent, cap))
+    for what in not_alone:
+        refuse("exclusive", "%s: an exclusive drill runs only on a quiet fleet" % what)
     for entry in busy:
         refuse("target", "%s already has an active chaos %s (%s)" % (
             entry.get("node") or ",".join(entry.get("targets") or []), entry.get("kind", "fault"), entry.get("id")))

@@ -22,12 +22,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import s
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.experiments import LOOP_STEPS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import BREAKER_NAME
 
 # The resolution of a detection time (a range query's step, seconds).
 RANGE_STEP = "0.1"
 FENCED_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING")
 # The remediation's breaker (remediation/store.py); read here, never written.
-BREAKER_CONFIGMAP = "gpufleet-remediation-breaker"
 
 
 def http_json(url: str, timeout: float = 5.0) -> Any:
@@ -92,7 +92,7 @@ def _epoch(stamp: Optional[str]) -> float:
 
 
 def breaker_tripped(core_v1: Any, namespace: str) -> bool:
-    state = ConfigMapStore(core_v1, namespace, BREAKER_CONFIGMAP).read_json("state", {}) or {}
+    state = ConfigMapStore(core_v1, namespace, BREAKER_NAME).read_json("state", {}) or {}
     return bool(state.get("tripped"))
 
 

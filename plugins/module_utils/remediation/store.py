@@ -24,6 +24,13 @@ from typing import Any, Dict, List, Mapping, Optional
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, KubeError, api_error
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import (
+    ANNOTATION,
+    BREAKER_NAME,
+    HISTORY_NAME,
+    PROGRESS_KEY,
+    progress_name,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import breaker as breaker_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import escalation as escalation_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import holder as holders
@@ -37,17 +44,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.fa
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import plan_for
 
-PROGRESS_KEY = "progress"
-BREAKER_NAME = "gpufleet-remediation-breaker"
-HISTORY_NAME = "gpufleet-remediation-history"
-ANNOTATION = "gpufleet.io/remediation"
 REPLACES_ANNOTATION = "gpufleet.io/replaces"
 HISTORY_KEEP_DAYS = 30.0
 MERGE_PATCH = "application/merge-patch+json"
-
-
-def progress_name(node: str) -> str:
-    return "gpufleet-remediation-%s" % node
 
 
 @dataclass(frozen=True)
