@@ -1,6 +1,6 @@
 """TEST EMULATOR of a subset of the AWX API v2 - written for the tests, not an AWX.
 
-No AWX can run here, so tests/integration/schedules/test_awx_drills.py runs the real
+No AWX can run here, so tests/integration/schedules/test_awx_drills_emulated.py runs the real
 ``ansible-playbook playbooks/awx-drills.yml`` (the real awx.awx modules, their real HTTP) against this
 small server and asserts what it was sent. It covers only what awx.awx's project, inventory,
 notification_template, job_template and schedule modules and its controller_api lookup use

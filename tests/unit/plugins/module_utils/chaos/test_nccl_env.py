@@ -4,7 +4,7 @@
 nothing written), the plan, inject -> revert byte-identical for a file that existed (mode kept) and
 for one that did not (absent again, directory too), the revert of a controller killed mid-inject
 (from the sidecar), the TaskProlog's shell filter, and all_reduce_perf's output.
-tests/integration/chaos/test_nccl_env.py runs it through Slurm in the lab."""
+tests/integration/chaos/test_nccl_env_drill.py runs it through Slurm in the lab."""
 
 from __future__ import annotations
 
