@@ -21,7 +21,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export GPUFLEET_CACHE_DIR := $(CACHE_DIR)
 export PYTHONPATH := $(CURDIR)/collections
 
-.PHONY: help setup venv link debs fake-nvml lab-binaries lint ruff imports ansible-lint sanity units \
+.PHONY: help setup venv link debs fake-nvml lab-binaries lint test-names ruff imports ansible-lint sanity units \
         pytest test lab lab-status lab-down bench build clean
 
 help:
@@ -61,7 +61,12 @@ fake-nvml: venv
 lab-binaries:
 	tools/build-go-binaries.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
 
-lint: ruff imports ansible-lint
+lint: test-names ruff imports ansible-lint
+# pytest (rootdir imports, no __init__.py) refuses two test files of one basename, but only when it
+# collects, after every slower step: say so in a second instead.
+test-names:
+	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
+	if [ -n "$$dups" ]; then echo "test files sharing a basename (pytest cannot collect both): $$dups" >&2; exit 1; fi
 ruff: venv link
 	ruff check .
 imports: venv link
