@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
@@ -85,7 +86,6 @@ SW_POWER_CAP = experiments.SW_POWER_CAP  # nvmlClocksEventReasonSwPowerCap
 LAB_BURN = {"utilization_gpu": 100, "utilization_memory": 60, "temperature": 83, "power_mw": 690000}
 SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_mw", "memory_used", "throttle_reasons")
 
-_FAULT_ID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _IMAGE = re.compile(r"^[^\s]+$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # What scancel says about a job that has ended (still known to slurmctld, or already purged).
@@ -157,11 +157,7 @@ def check_spec(spec: Mapping[str, Any], lab: Optional[bool] = None, namespace: O
     if spec.get("experiment", EXPERIMENT) != EXPERIMENT:
         raise FieldError("experiment", "the burn family runs %s, not %r" % (EXPERIMENT, spec.get("experiment")))
     node = check_node(spec.get("node"), "target")
-    fault_id = spec.get("fault_id")
-    if not isinstance(fault_id, str) or not _FAULT_ID.match(fault_id):
-        # It becomes a Slurm job name, a Pod name and a label value: 63 characters of [A-Za-z0-9._-].
-        raise FieldError("fault_id", "must be 1-63 letters, digits, '.', '_' or '-', starting and ending with a "
-                         "letter or digit, not %r" % (fault_id,))
+    fault_id = check_fault_id(spec.get("fault_id"), label=True)  # a Slurm job name, a Pod name, a label
     given = spec.get("params") or {}
     if not isinstance(given, Mapping):
         raise FieldError("params", "must be a mapping, got %r" % (given,))

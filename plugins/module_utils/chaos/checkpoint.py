@@ -45,6 +45,7 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
@@ -78,7 +79,6 @@ SYS = "/sys"
 COMMAND_TIMEOUT = 30
 # A fill that cannot get below leave_bytes in this many rounds (something keeps freeing space) gives up.
 FILL_ROUNDS = 64
-_FAULT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RATE = re.compile(r"^([0-9]+)([KMGT]?)$")
 _DEVICE = re.compile(r"^[0-9]+:[0-9]+$")
 NETWORK_ALTERNATIVE = (
@@ -390,13 +390,6 @@ def check_params(spec: Mapping[str, Any]) -> Dict[str, Any]:
     return params
 
 
-def _fault_id(spec: Mapping[str, Any]) -> str:
-    fault_id = str(spec.get("fault_id") or "")
-    if not _FAULT_ID.match(fault_id):
-        raise FieldError("fault_id", "must be letters, digits, '.', '_' or '-', not %r" % (fault_id,))
-    return fault_id
-
-
 def filler_path(path: str, fault_id: str) -> str:
     return os.path.join(path, FILL_PREFIX + fault_id)
 
@@ -506,7 +499,7 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     name = spec["experiment"]
     if name == KILL:
         return _inject_kill(params, ctx)
-    fault_id = _fault_id(spec)
+    fault_id = check_fault_id(spec.get("fault_id"))
     mount = volume(params["path"], read_mounts(), params["allow_shared_filesystem"])
     if name == FILL:
         return _inject_fill(params, fault_id, mount, ctx)
@@ -615,7 +608,7 @@ def _revert_fill(undo: Mapping[str, Any]) -> Dict[str, Any]:
         path = (undo.get("params") or {}).get("path")
         if not path or not undo.get("fault_id"):
             return {"reverted": [], "already": True, "note": "no filler recorded"}
-        filler = filler_path(os.path.realpath(path), _fault_id(undo))
+        filler = filler_path(os.path.realpath(path), check_fault_id(undo.get("fault_id")))
     if not os.path.basename(filler).startswith(FILL_PREFIX):
         raise GpufleetError("refusing to delete %s: not a chaos filler file" % filler)
     if _remove(filler):

@@ -5,8 +5,8 @@
 A file's state is a dict: ``existed``; when it did, ``size``, ``sha256``, ``mode``, ``uid``, ``gid``
 and, with the content, ``content_b64`` (the bytes as base64). It goes to a sidecar file beside the
 edited one *before* the edit, so a controller killed between the edit and the ledger's record of the
-undo still leaves what the rollback needs. Writes are atomic (a temporary file in the same directory,
-fsync, rename): a reader sees the old file or the new one, never a part.
+undo still leaves what the rollback needs. Writes are atomic (files.write_atomic): a reader sees
+the old file or the new one, never a part.
 """
 
 from __future__ import annotations
@@ -16,21 +16,17 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-import tempfile
 from typing import Any, Dict, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 
 SIDECAR = ".%s.gpufleet-chaos-%s"
-_FAULT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def sidecar_path(path: str, fault_id: Any) -> str:
     """The sidecar of ``path`` for one fault: a hidden file in the same directory."""
-    if not isinstance(fault_id, str) or not _FAULT_ID.match(fault_id):
-        raise FieldError("fault_id", "not a fault id: %r" % (fault_id,))
-    return os.path.join(os.path.dirname(path), SIDECAR % (os.path.basename(path), fault_id))
+    return os.path.join(os.path.dirname(path), SIDECAR % (os.path.basename(path), check_fault_id(fault_id)))
 
 
 def state(path: Optional[str], with_content: bool = False) -> Dict[str, Any]:
@@ -49,23 +45,6 @@ def state(path: Optional[str], with_content: bool = False) -> Dict[str, Any]:
 
 def content(recorded: Mapping[str, Any]) -> Optional[bytes]:
     return base64.b64decode(recorded["content_b64"]) if recorded.get("existed") else None
-
-
-def write_atomic(path: str, data: bytes, mode: int, uid: Optional[int], gid: Optional[int]) -> None:
-    """A reader sees the old file or the new one, never a part: temp file in the same directory, rename."""
-    fd, temporary = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        if uid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
-            os.chown(temporary, uid, gid if gid is not None else -1)
-        os.replace(temporary, path)
-    except BaseException:
-        unlink(temporary)
-        raise
 
 
 def write_sidecar(sidecar: str, recorded: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import file_restore, nccl_vars
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 
 BACKENDS = ("nccl_conf", "slurm_taskprolog", "pod_env")
 LAB_BACKEND, SITE_BACKEND = "slurm_taskprolog", "nccl_conf"
@@ -166,9 +167,9 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     file_restore.write_sidecar(sidecar, previous)
     content = nccl_vars.merge(file_restore.content(previous), params["vars"], export=backend == "slurm_taskprolog")
     if previous["existed"]:
-        file_restore.write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
+        write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
     else:
-        file_restore.write_atomic(path, content, NEW_FILE_MODE, None, None)
+        write_atomic(path, content, NEW_FILE_MODE, None, None)
     if tests:
         bandwidth["during"] = _measure(tests, params["nccl_tests_args"], params["vars"])
     return {"backend": backend, "path": path, "sidecar": sidecar, "previous": previous, "vars": params["vars"],
@@ -196,7 +197,7 @@ def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         reverted.append("note: %s changed during the drill (not by it); its pre-drill bytes are restored" % path)
     if previous["existed"]:
         content = file_restore.content(previous)
-        file_restore.write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
+        write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
         same = file_restore.state(path)["sha256"] == previous["sha256"]
         reverted.append("restored %s: %d bytes, sha256 %s%s" % (
             path, len(content), previous["sha256"][:12], "" if same else " (MISMATCH after the write)"))

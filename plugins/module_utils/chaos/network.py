@@ -37,6 +37,7 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
 FAMILY = "network"
@@ -50,7 +51,6 @@ LAB_ADDR = ("10.213.0.1", "10.213.0.2")
 LAB_PORT = 5201
 COMMAND_TIMEOUT = 30
 _IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}$")
-_FAULT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 UNKNOWN_QDISC = "Specified qdisc kind is unknown"
 
 
@@ -96,10 +96,7 @@ def check_params(spec: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def fault_id(spec: Mapping[str, Any]) -> str:
-    value = str(spec.get("fault_id") or "")
-    if not _FAULT_ID.match(value):
-        raise FieldError("fault_id", "must be letters, digits, '.', '_' or '-', not %r" % (value,))
-    return value
+    return check_fault_id(spec.get("fault_id"))
 
 
 # -- names and command lines -----------------------------------------------------------------------

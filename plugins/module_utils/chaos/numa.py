@@ -55,6 +55,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn, file_restore, numa_plan
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.numa_plan import Load, Topology
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
@@ -245,7 +246,7 @@ def _inject_kubelet(load: Load, path: str, ctx: Mapping[str, Any]) -> Dict[str, 
     previous = file_restore.state(path, with_content=True)
     # First the record of what was there, then the change: a kill between the two leaves both.
     file_restore.write_sidecar(sidecar, previous)
-    file_restore.write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
+    write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
     record.update(ran=True, previous=previous, written_sha256=hashlib.sha256(content).hexdigest())
     try:
         _restart_kubelet(record["restart"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 REMOTE, PRESSURE, CPU = "numa_remote_memory", "numa_memory_pressure", "cpu_saturation"
@@ -40,7 +41,6 @@ JOB_PREFIX = "gpufleet-chaos-numa-"
 _AVAILABLE = re.compile(r"^available:\s*(\d+)\s+nodes?\s*\(([^)]*)\)", re.M)
 _CPUS = re.compile(r"^node\s+(\d+)\s+cpus:\s*(.*)$", re.M)
 _SIZE = re.compile(r"^node\s+(\d+)\s+(size|free):\s*(\d+)\s*MB", re.M)
-_FAULT_ID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 
 
 # -- topology --------------------------------------------------------------------------------------
@@ -134,9 +134,7 @@ def check(spec: Mapping[str, Any], lab: bool) -> Load:
     node = spec.get("node")
     if not isinstance(node, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node):
         raise FieldError("target", "must be one node name, not %r" % (node,))
-    fault_id = spec.get("fault_id")
-    if not isinstance(fault_id, str) or not _FAULT_ID.match(fault_id):
-        raise FieldError("fault_id", "must be 1-63 letters, digits, '.', '_' or '-', not %r" % (fault_id,))
+    fault_id = check_fault_id(spec.get("fault_id"), label=True)  # in the load job's name
     given = spec.get("params") or {}
     if not isinstance(given, Mapping):
         raise FieldError("params", "must be a mapping, got %r" % (given,))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import glob
 import json
 import os
-import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report import (
     document,
     history,
@@ -57,21 +57,6 @@ def _read(path: str) -> Optional[bytes]:
             return handle.read()
     except FileNotFoundError:
         return None
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)  # mkstemp makes 0600; a report is for everyone who may read the directory
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 def write_reports(doc: Mapping[str, Any], dest: str, formats: Sequence[str], check_mode: bool) -> Dict[str, Any]:

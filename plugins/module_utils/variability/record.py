@@ -7,7 +7,7 @@
   Kubernetes label and annotation values (null: there was none). Written *before* anything is
   published, kept across reruns (the first value is the one to restore), and removed by the revert.
 
-Both are written to a temporary name and renamed, so a crash never leaves half a file.
+Both are written atomically (files.write_atomic), so a crash never leaves half a file.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any, Dict
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 
 BASELINE = "baseline.json"
 PLACEMENT = "placement.json"
@@ -38,10 +40,7 @@ def store(state_dir: str, name: str, data: Dict[str, Any]) -> bool:
                 return False
     except FileNotFoundError:
         os.makedirs(state_dir, exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode("utf-8"))
     return True
 
 
