@@ -139,7 +139,7 @@ def _spec(drill: Mapping[str, Any], node: str, fault_id: str, lab_dir: Optional[
 # -- the gate ----------------------------------------------------------------------------------
 def _remediations_under_way(kube: Any, params: Mapping[str, Any]) -> List[str]:
     """The remediations whose progress ConfigMap says they have not finished (a failed one has not:
-    the remediation resumes it, remediation/progress.py ``finished``)."""
+    the remediation resumes it)."""
     if kube is None:
         return []
     namespace = params.get("namespace") or "gpufleet-system"
@@ -150,7 +150,7 @@ def _remediations_under_way(kube: Any, params: Mapping[str, Any]) -> List[str]:
         if not node or not raw:
             continue
         progress = json.loads(raw)
-        if not progress.get("finished_at") or progress.get("result") == "failed":
+        if not remediation_objects.finished(progress):
             found.append("remediation %s of %s is under way" % (progress.get("id"), node))
     return found
 

@@ -27,7 +27,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediati
 # The resolution of a detection time (a range query's step, seconds).
 RANGE_STEP = "0.1"
 FENCED_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING")
-# The remediation's breaker (remediation/store.py); read here, never written.
 
 
 def http_json(url: str, timeout: float = 5.0) -> Any:
@@ -92,6 +91,7 @@ def _epoch(stamp: Optional[str]) -> float:
 
 
 def breaker_tripped(core_v1: Any, namespace: str) -> bool:
+    # The remediation's breaker (remediation/store.py writes it): read here, never written.
     state = ConfigMapStore(core_v1, namespace, BREAKER_NAME).read_json("state", {}) or {}
     return bool(state.get("tripped"))
 

@@ -4,10 +4,13 @@
 
 The remediation writes them (module_utils/remediation/store.py); the chaos drills read them (is
 the breaker open, is a remediation under way) without depending on the remediation package, so
-the names live here, below both.
+the names, and the one rule both need to read a progress record (``finished``), live here, below
+both.
 """
 
 from __future__ import annotations
+
+from typing import Any, Mapping, Optional
 
 PROGRESS_PREFIX = "gpufleet-remediation-"
 BREAKER_NAME = PROGRESS_PREFIX + "breaker"
@@ -26,3 +29,8 @@ def progress_node(configmap_name: str) -> str:
     if not configmap_name.startswith(PROGRESS_PREFIX) or configmap_name in (BREAKER_NAME, HISTORY_NAME):
         return ""
     return configmap_name[len(PROGRESS_PREFIX):]
+
+
+def finished(progress: Optional[Mapping[str, Any]]) -> bool:
+    """Done for good: a failed remediation is not, it is resumed by the next run."""
+    return bool(progress and progress.get("finished_at") and progress.get("result") != "failed")

@@ -23,6 +23,7 @@ import hashlib
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import finished
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import PHASES, RemediationPlan
 
 Progress = Dict[str, Any]
@@ -68,11 +69,6 @@ def new_progress(
 
 def plan_of(progress: Mapping[str, Any]) -> RemediationPlan:
     return RemediationPlan.from_dict(progress["plan"])
-
-
-def finished(progress: Optional[Mapping[str, Any]]) -> bool:
-    """Done for good: a failed remediation is not, it is resumed by the next run."""
-    return bool(progress and progress.get("finished_at") and progress.get("result") != "failed")
 
 
 def resumed(progress: Mapping[str, Any], now: float) -> Progress:
