@@ -49,9 +49,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_PORT = 9402
 DEFAULT_KMSG = "/dev/kmsg"
 DEFAULT_JOURNAL = "/var/lib/gpufleet/health-events.jsonl"
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_DRIVER = re.compile(r"^\d{2,4}(\.\d{1,4}){0,3}$")
-_ADDRESS = re.compile(r"^[0-9A-Za-z.:\[\]-]{1,255}$")
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_DRIVER = re.compile(r"\d{2,4}(\.\d{1,4}){0,3}")
+_ADDRESS = re.compile(r"[0-9A-Za-z.:\[\]-]{1,255}")
 
 
 @dataclass(frozen=True)
@@ -151,11 +151,11 @@ def parse_config(raw: Any) -> AgentConfig:
         raise FieldError(unknown[0], "unknown key (known: %s)" % ", ".join(_TOP_KEYS))
 
     node = raw.get("node")
-    if not isinstance(node, str) or not _NODE_NAME.match(node):
+    if not isinstance(node, str) or not _NODE_NAME.fullmatch(node):
         raise FieldError("node", "must be this node's name (a DNS subdomain such as gpu-a-001), got %r" % (node,))
 
     driver = _text(raw.get("driver_version"), "driver_version")
-    if driver is not None and not _DRIVER.match(driver):
+    if driver is not None and not _DRIVER.fullmatch(driver):
         raise FieldError("driver_version", "must be a driver version such as 575.51.03, got %r" % (driver,))
 
     thresholds = dict(check_mapping(raw.get("thresholds") or {}, "thresholds"))
@@ -175,7 +175,7 @@ def parse_config(raw: Any) -> AgentConfig:
 
     metrics = _section(raw, "metrics", MetricsConfig)
     address = metrics.get("address", "127.0.0.1")
-    if not isinstance(address, str) or not _ADDRESS.match(address):
+    if not isinstance(address, str) or not _ADDRESS.fullmatch(address):
         raise FieldError("metrics.address", "must be an IP address or host name, got %r" % (address,))
 
     kube = _section(raw, "kubernetes", KubernetesConfig)

@@ -24,11 +24,11 @@ NOTIFICATIONS_FIELD = "awx_drills_notifications"
 
 # AWX object names: printable, no slashes (named URLs use '++'), at most 512 characters; ours are
 # prefixed, so a drill's own name is kept short and plain.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}")
 # What AWX's own rrule validation accepts (awx/api/serializers.py, SchedulePreviewSerializer):
 # one DTSTART with a zone (TZID or a trailing Z), then RRULE/EXRULE lines with a FREQ that is not
 # SECONDLY and a COUNT of at most 999.
-_DTSTART = re.compile(r"^DTSTART(?:;TZID=[A-Za-z0-9_+\-/]+:\d{8}T\d{6}|:\d{8}T\d{6}Z)$")
+_DTSTART = re.compile(r"DTSTART(?:;TZID=[A-Za-z0-9_+\-/]+:\d{8}T\d{6}|:\d{8}T\d{6}Z)")
 _FREQS = ("MINUTELY", "HOURLY", "DAILY", "WEEKLY", "MONTHLY", "YEARLY")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -43,7 +43,7 @@ def check_rrule(field: str, rrule: Any) -> str:
     if len(starts) != 1:
         raise FieldError(field, "needs exactly one DTSTART (DTSTART;TZID=Zone:YYYYMMDDTHHMMSS or "
                                 "DTSTART:YYYYMMDDTHHMMSSZ), got %r" % rrule)
-    if not _DTSTART.match(starts[0]):
+    if not _DTSTART.fullmatch(starts[0]):
         raise FieldError(field, "DTSTART %r is not DTSTART;TZID=Zone:YYYYMMDDTHHMMSS or DTSTART:YYYYMMDDTHHMMSSZ "
                                 "(AWX refuses a DTSTART without a zone)" % starts[0])
     rules = [part for part in parts if not part.startswith("DTSTART")]
@@ -63,7 +63,7 @@ def check_rrule(field: str, rrule: Any) -> str:
 
 
 def _name(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise FieldError(field, "must be 1-100 characters of letters, digits, space, '_', '.', ':' or '-' "
                                 "starting with a letter or digit, got %r" % (value,))
     return value

@@ -86,8 +86,8 @@ SW_POWER_CAP = experiments.SW_POWER_CAP  # nvmlClocksEventReasonSwPowerCap
 LAB_BURN = {"utilization_gpu": 100, "utilization_memory": 60, "temperature": 83, "power_mw": 690000}
 SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_mw", "memory_used", "throttle_reasons")
 
-_IMAGE = re.compile(r"^[^\s]+$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_IMAGE = re.compile(r"[^\s]+")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # What scancel says about a job that has ended (still known to slurmctld, or already purged).
 
 # sbatch is not one of the Slurm client's commands; the burn declares its options here and runs
@@ -186,10 +186,10 @@ def check_spec(spec: Mapping[str, Any], lab: Optional[bool] = None, namespace: O
         if name in given and via != "kubernetes":
             raise FieldError("params.%s" % name, "is for via kubernetes only")
     namespace = params.get("namespace", namespace or DEFAULT_NAMESPACE)
-    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
         raise FieldError("params.namespace", "must be a Kubernetes namespace name, not %r" % (namespace,))
     image = params.get("image")
-    if via == "kubernetes" and (not isinstance(image, str) or not _IMAGE.match(image)):
+    if via == "kubernetes" and (not isinstance(image, str) or not _IMAGE.fullmatch(image)):
         # No default image: the burn runs whatever the image's gpu_burn or dcgmi is, so the site picks it.
         raise FieldError("params.image", "is required with via kubernetes: an image that has %s on its PATH"
                          % ("gpu_burn" if tool == "gpu_burn" else "dcgmi"))
@@ -671,7 +671,7 @@ def _revert_lab(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, An
 
 
 # -- reading the burn's output -------------------------------------------------------------------
-_BURN_RESULT = re.compile(r"^\s*GPU\s+(\d+):\s+(OK|FAULTY)\s*$")
+_BURN_RESULT = re.compile(r"\s*GPU\s+(\d+):\s+(OK|FAULTY)\s*")
 _BURN_TESTED = re.compile(r"Tested\s+(\d+)\s+GPUs?")
 # One progress record; a line may hold more than one (gpu-burn rewrites the line with \r, and
 # other messages can run into it).
@@ -695,7 +695,7 @@ def parse_gpu_burn(text: str) -> Dict[str, Any]:
     failed_start: List[str] = []
     last: Optional[Any] = None
     for line in (text or "").replace("\r", "\n").splitlines():
-        match = _BURN_RESULT.match(line)
+        match = _BURN_RESULT.fullmatch(line)
         if match:
             gpus[int(match.group(1))] = match.group(2)
             continue
@@ -750,8 +750,8 @@ def parse_gpu_burn(text: str) -> Dict[str, Any]:
 # ("Pass - All"), some ("Fail - GPU: 0"), or one per continuation row ("GPU0: Pass", 4.x).
 # "Warning" and "Info" rows, and the wrapped rows under them, are details of the test above.
 _DIAG_SECTION = re.compile(r"^[|+]-{3,}\s+(\S(?:.*?\S)?)\s+-{3,}")
-_DIAG_RESULT = re.compile(r"^(pass|fail|warn|skip)\w*(?:\s*-\s*(all|gpus?\s*:\s*([\d,\s]+)))?\s*$", re.I)
-_DIAG_GPU_RESULT = re.compile(r"^gpu\s*(\d+)\s*:\s*(pass|fail|warn|skip)\w*\s*$", re.I)
+_DIAG_RESULT = re.compile(r"(pass|fail|warn|skip)\w*(?:\s*-\s*(all|gpus?\s*:\s*([\d,\s]+)))?\s*", re.I)
+_DIAG_GPU_RESULT = re.compile(r"gpu\s*(\d+)\s*:\s*(pass|fail|warn|skip)\w*\s*", re.I)
 # Not a prefix match: "Inforom" is a test (3.x), "Info" a detail row.
 _DIAG_DETAIL = re.compile(r"^(warning|info)\b", re.I)
 _DIAG_RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
@@ -759,12 +759,12 @@ _DIAG_RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
 
 def _diag_result(value: str) -> Optional[Tuple[str, Optional[List[int]]]]:
     """('Fail', [0]) for 'Fail - GPU: 0', ('Pass', None) for 'Pass' or 'Pass - All'."""
-    match = _DIAG_RESULT.match(value)
+    match = _DIAG_RESULT.fullmatch(value)
     if match:
         result = match.group(1).capitalize()
         gpus = [int(part) for part in re.findall(r"\d+", match.group(3) or "")] or None
         return result, gpus
-    match = _DIAG_GPU_RESULT.match(value)
+    match = _DIAG_GPU_RESULT.fullmatch(value)
     if match:
         return match.group(2).capitalize(), [int(match.group(1))]
     return None

@@ -79,8 +79,8 @@ SYS = "/sys"
 COMMAND_TIMEOUT = 30
 # A fill that cannot get below leave_bytes in this many rounds (something keeps freeing space) gives up.
 FILL_ROUNDS = 64
-_RATE = re.compile(r"^([0-9]+)([KMGT]?)$")
-_DEVICE = re.compile(r"^[0-9]+:[0-9]+$")
+_RATE = re.compile(r"([0-9]+)([KMGT]?)")
+_DEVICE = re.compile(r"[0-9]+:[0-9]+")
 NETWORK_ALTERNATIVE = (
     "on a real site whose checkpoints go over the network (NFS, Lustre, an object store), cut or slow the "
     "path to the storage endpoint instead: netem on the client's interface (tc qdisc add dev IFACE root netem "
@@ -105,7 +105,7 @@ def parse_event(line: str) -> Optional[Dict[str, Any]]:
     """``checkpoint_begin time=1.5 step=10 file=x`` -> {"event": "checkpoint_begin", "time": 1.5, "step": 10,
     "file": "x"}; None for a line that is not a train_sim event. ``step`` is an int, ``time`` a float."""
     words = line.split()
-    if not words or "=" in words[0] or not re.match(r"^[a-z][a-z_]*$", words[0]):
+    if not words or "=" in words[0] or not re.fullmatch(r"[a-z][a-z_]*", words[0]):
         return None
     event: Dict[str, Any] = {"event": words[0]}
     for word in words[1:]:
@@ -263,7 +263,7 @@ def parse_rate(value: Any, field: str) -> Optional[str]:
     text = str(value).strip().upper()
     if text == "MAX":
         return "max"
-    match = _RATE.match(text)
+    match = _RATE.fullmatch(text)
     if not match:
         raise FieldError(field, "must be bytes per second (an integer, 10M, or max), not %r" % (value,))
     number = int(match.group(1)) * 1024 ** " KMGT".index(match.group(2) or " ")
@@ -286,7 +286,7 @@ def io_limits(rbps: Optional[str], wbps: Optional[str]) -> str:
 
 def io_max_line(device: str, rbps: Optional[str], wbps: Optional[str]) -> str:
     """``8:0 rbps=1048576 wbps=max``, the line written into io.max."""
-    if not _DEVICE.match(device or ""):
+    if not _DEVICE.fullmatch(device or ""):
         raise FieldError("device", "must be MAJ:MIN, not %r" % (device,))
     return "%s %s" % (device, io_limits(rbps, wbps))
 
@@ -296,7 +296,7 @@ def parse_io_max(text: str) -> Dict[str, str]:
     lines = {}
     for line in text.splitlines():
         words = line.split()
-        if words and _DEVICE.match(words[0]):
+        if words and _DEVICE.fullmatch(words[0]):
             lines[words[0]] = " ".join(words)
     return lines
 

@@ -51,7 +51,7 @@ NCCL_TESTS = "all_reduce_perf"
 NCCL_TESTS_ARGS = ["-b", "8M", "-e", "128M", "-f", "2", "-g", "1"]
 NCCL_TESTS_TIMEOUT = 300
 NEW_FILE_MODE = 0o644  # jobs (any user) read it: NCCL in the job, the TaskProlog as the job's user
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 POD_ENV_MISSING = ("pod_env: setting a pod template's env is not implemented here (a Deployment, StatefulSet or "
                    "Slinky NodeSet template patch restarts the pods it changes); use nccl_conf on the node, or "
                    "slurm_taskprolog")
@@ -93,7 +93,7 @@ def _path(spec: Mapping[str, Any], params: Mapping[str, Any], backend: str) -> O
     if not lab_dir:
         return SITE_PATHS[backend]
     node = str(spec.get("node") or "")
-    if not _NODE.match(node):
+    if not _NODE.fullmatch(node):
         raise FieldError("target", "%r cannot name a directory of the lab" % node)
     return os.path.join(lab_dir, "nccl", node, LAB_FILES[backend])
 

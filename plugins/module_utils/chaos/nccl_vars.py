@@ -21,11 +21,11 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
-NAME = re.compile(r"^NCCL_[A-Z0-9_]{1,60}$")
-VALUE = re.compile(r"^[A-Za-z0-9_.,:/=+@%^~-]{1,256}$")
+NAME = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
+VALUE = re.compile(r"[A-Za-z0-9_.,:/=+@%^~-]{1,256}")
 MAX_VARS = 32
 # One line of either format: optional "export ", the name, "=", the rest of the line.
-_LINE = re.compile(r"^(?P<export>export[ \t]+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
+_LINE = re.compile(r"(?P<export>export[ \t]+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)", re.M)
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>[0-9]+)\s*(?P<verdict>\w+)?", re.M)
 
@@ -39,12 +39,12 @@ def check_vars(given: Any) -> Dict[str, str]:
     checked: Dict[str, str] = {}
     for name, value in given.items():
         field = "params.vars.%s" % name
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise FieldError(field, "a variable name is NCCL_ followed by capitals, digits and underscores")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise FieldError(field, "must be a string or a number (write 1 or 0, not true or false), got %r" % (value,))
         text = str(value)
-        if not VALUE.match(text):
+        if not VALUE.fullmatch(text):
             raise FieldError(field, "must be 1 to 256 of A-Z a-z 0-9 _ . , : / = + @ %% ^ ~ - (no spaces, quotes, "
                                     "shell characters or newlines), got %r" % text)
         checked[name] = text
@@ -64,7 +64,7 @@ def merge(previous: Optional[bytes], wanted: Mapping[str, str], export: bool) ->
     out: List[str] = []
     done: Dict[str, bool] = {}
     for line in lines:
-        match = _LINE.match(line.rstrip("\r\n"))
+        match = _LINE.fullmatch(line.rstrip("\r\n"))
         name = match.group("name") if match else None
         if name in wanted:
             if not done.get(name):
@@ -83,7 +83,7 @@ def parse_settings(content: bytes) -> Dict[str, str]:
     """What a file of either format sets (the last line for a name wins, as it does for NCCL and sh)."""
     found: Dict[str, str] = {}
     for line in content.decode("utf-8", errors="replace").splitlines():
-        match = _LINE.match(line.strip())
+        match = _LINE.fullmatch(line.strip())
         if match:
             found[match.group("name")] = match.group("value")
     return found
@@ -94,7 +94,7 @@ def parse_env_output(text: str) -> Dict[str, str]:
     found = {}
     for line in text.splitlines():
         name, sep, value = line.partition("=")
-        if sep and NAME.match(name):
+        if sep and NAME.fullmatch(name):
             found[name] = value
     return found
 

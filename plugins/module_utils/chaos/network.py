@@ -50,7 +50,7 @@ HANDLE = "7a47:"
 LAB_ADDR = ("10.213.0.1", "10.213.0.2")
 LAB_PORT = 5201
 COMMAND_TIMEOUT = 30
-_IFNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}$")
+_IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}")
 UNKNOWN_QDISC = "Specified qdisc kind is unknown"
 
 
@@ -86,7 +86,7 @@ def check_params(spec: Mapping[str, Any]) -> Dict[str, Any]:
     if not (params["delay_ms"] or params["loss_percent"] or params["rate_mbit"]):
         raise FieldError("params.delay_ms", "net_degrade needs delay_ms, loss_percent or rate_mbit (> 0)")
     interface = params.get("interface")
-    if interface is not None and (not isinstance(interface, str) or not _IFNAME.match(interface)):
+    if interface is not None and (not isinstance(interface, str) or not _IFNAME.fullmatch(interface)):
         raise FieldError("params.interface", "must be an interface name (at most 15 characters), not %r"
                          % (interface,))
     if interface is None and not spec.get("lab_dir"):

@@ -368,7 +368,7 @@ def _wait_gone(client: SlurmClient, ids: List[str]) -> None:
 
 # -- via a process ----------------------------------------------------------------------------------
 def _state_file(ctx: Mapping[str, Any], fault_id: Any) -> str:
-    if not isinstance(fault_id, str) or not re.match(r"^[A-Za-z0-9._-]{1,128}$", fault_id):
+    if not isinstance(fault_id, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", fault_id):
         raise FieldError("fault_id", "not a fault id: %r" % (fault_id,))
     base = os.path.join(str(ctx["lab_dir"]), "numa") if ctx.get("lab_dir") else STATE_DIR
     return os.path.join(base, "numa-%s.json" % fault_id)

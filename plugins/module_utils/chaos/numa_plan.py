@@ -132,7 +132,7 @@ def check(spec: Mapping[str, Any], lab: bool) -> Load:
     if experiment not in EXPERIMENTS:
         raise FieldError("experiment", "the numa family runs %s, not %r" % (", ".join(EXPERIMENTS), experiment))
     node = spec.get("node")
-    if not isinstance(node, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node):
+    if not isinstance(node, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", node):
         raise FieldError("target", "must be one node name, not %r" % (node,))
     fault_id = check_fault_id(spec.get("fault_id"), label=True)  # in the load job's name
     given = spec.get("params") or {}

@@ -16,8 +16,8 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 # A fault id as the ledger mints it. Where it also names a Slurm job, a Pod or a label value (burn,
 # numa) it must fit a Kubernetes label: 63 characters, starting and ending with a letter or digit.
-_FAULT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_LABEL_FAULT_ID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+_FAULT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_LABEL_FAULT_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 
 def int_param(params: Mapping[str, Any], name: str, low: int, high: int, default: Optional[int] = None) -> int:
@@ -45,11 +45,11 @@ def bool_param(params: Mapping[str, Any], name: str, default: bool = False) -> b
 def fault_id(value: Any, label: bool = False) -> str:
     """The spec's ``fault_id``, checked; ``label`` when it becomes a Slurm job name, Pod name or label."""
     if label:
-        if not isinstance(value, str) or not _LABEL_FAULT_ID.match(value):
+        if not isinstance(value, str) or not _LABEL_FAULT_ID.fullmatch(value):
             raise FieldError("fault_id", "must be 1-63 letters, digits, '.', '_' or '-', starting and ending with a "
                              "letter or digit, not %r" % (value,))
         return value
     text = str(value or "")
-    if not _FAULT_ID.match(text):
+    if not _FAULT_ID.fullmatch(text):
         raise FieldError("fault_id", "must be letters, digits, '.', '_' or '-', not %r" % (text,))
     return text

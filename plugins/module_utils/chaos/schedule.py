@@ -20,9 +20,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import e
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 BACKENDS = ("systemd", "cron")
-NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
 # A crontab field: numbers, names (jan, mon), ranges, lists and steps; five of them.
-CRON_FIELD = re.compile(r"^(\*|[0-9a-z]+(-[0-9a-z]+)?)(/[0-9]+)?(,(\*|[0-9a-z]+(-[0-9a-z]+)?)(/[0-9]+)?)*$")
+CRON_FIELD = re.compile(r"(\*|[0-9a-z]+(-[0-9a-z]+)?)(/[0-9]+)?(,(\*|[0-9a-z]+(-[0-9a-z]+)?)(/[0-9]+)?)*")
 CRON_MACROS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight")
 KEYS = {"name", "experiment", "target", "when", "params", "duration", "dry_run", "enabled", "extra_vars"}
 
@@ -34,7 +34,7 @@ def _when(value: Any, backend: str, field: str) -> str:
     value = " ".join(value.split())
     if backend == "cron" and value not in CRON_MACROS:
         fields = value.split(" ")
-        if len(fields) != 5 or not all(CRON_FIELD.match(f.lower()) for f in fields):
+        if len(fields) != 5 or not all(CRON_FIELD.fullmatch(f.lower()) for f in fields):
             raise FieldError(field, "five crontab fields (minute hour day-of-month month day-of-week), e.g. "
                              "'30 3 * * 1', or one of %s; got %r" % (", ".join(CRON_MACROS), value))
     return value
@@ -55,7 +55,7 @@ def check(drills: Any, backend: str, variable: str = "drill_schedule_drills") ->
         if unknown:
             raise FieldError("%s.%s" % (where, unknown[0]), "unknown key; keys: %s" % ", ".join(sorted(KEYS)))
         name = entry.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise FieldError(where + ".name", "lowercase letters, digits and '-', at most 40, got %r" % (name,))
         if name in seen:
             raise FieldError(where + ".name", "%r is used twice" % name)

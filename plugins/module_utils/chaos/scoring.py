@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID
 
 SCHEMA = SCHEMA_ID
-_LINE = re.compile(r"^(?P<event>[a-z_]+) time=(?P<time>[0-9.]+)(?P<rest>.*)$")
+_LINE = re.compile(r"(?P<event>[a-z_]+) time=(?P<time>[0-9.]+)(?P<rest>.*)")
 _FIELD = re.compile(r"(\w+)=(\S+)")
 
 
@@ -24,7 +24,7 @@ def train_sim_events(text: str) -> List[Dict[str, Any]]:
     """``<event> time=<t> key=value ...`` lines of train_sim's output, parsed."""
     events = []
     for line in text.splitlines():
-        match = _LINE.match(line.strip())
+        match = _LINE.fullmatch(line.strip())
         if match:
             fields = dict(_FIELD.findall(match["rest"]))
             events.append(dict(fields, event=match["event"], time=float(match["time"])))

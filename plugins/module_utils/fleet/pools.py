@@ -73,7 +73,7 @@ POOL_FIELDS: Dict[str, Any] = {
 # Upper bounds that catch typos (memory given in bytes, a node count with an extra digit).
 _MAX = {"gpus_per_node": 64, "cpus": 4096, "memory_mb": 64 * 1024 * 1024, "nodes_per_rack": 999, "racks_per_block": 999}
 
-_POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,%d}[a-z0-9])?$" % (MAX_POOL_NAME - 2))
+_POOL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,%d}[a-z0-9])?" % (MAX_POOL_NAME - 2))
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def check_toleration(value: Any, where: str) -> Dict[str, Any]:
 
 
 def check_pool_name(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not _POOL_NAME.match(name):
+    if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
         raise FieldError(
             where,
             "must be lowercase letters, digits and '-' (starting and ending with a letter or digit), "

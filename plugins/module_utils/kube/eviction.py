@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_node_name, check_number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
     KubeError,
@@ -167,10 +168,11 @@ def drain_node(
     Check mode asks each eviction with the API server's dry run: a pod a budget protects shows
     up in ``blocked``, the others in ``evicted``; nothing is evicted and nothing is waited for.
     """
-    if timeout < 0:
-        raise FieldError("timeout", "must be 0 or more seconds, got %r" % (timeout,))
-    if poll <= 0:
-        raise FieldError("poll", "must be more than 0 seconds, got %r" % (poll,))
+    # An empty name would list every node and select every unscheduled pod (spec.nodeName=):
+    # the drain of "" evicted every Pending pod of the cluster.
+    check_node_name(node, "name")
+    timeout = check_number(timeout, "timeout", minimum=0)
+    poll = check_number(poll, "poll", above=0)
     if grace_period is not None and grace_period < 0:
         raise FieldError("grace_period", "must be 0 or more seconds, got %r" % (grace_period,))
     start = clock()

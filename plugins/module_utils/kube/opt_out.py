@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_node_name, check_text
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, api_error
 
 
 def parse_label(label: str) -> Tuple[str, str]:
-    key, sep, value = str(label or "").partition("=")
+    key, sep, value = check_text(label if isinstance(label, str) else "", "label", 317).partition("=")
     if not sep or not key.strip() or not value.strip():
         raise FieldError("label", "must be KEY=VALUE, such as gpufleet.io/remediation=disabled, not %r" % (label,))
     return key.strip(), value.strip()
@@ -24,6 +25,7 @@ def parse_label(label: str) -> Tuple[str, str]:
 
 def opted_out(core_v1: Any, node: str, label: str) -> Dict[str, Any]:
     """{opted_out, by: ["node/<name>", "pod/<ns>/<name>", ...]}."""
+    check_node_name(node, "name")
     key, value = parse_label(label)
     try:
         found = core_v1.read_node(node)

@@ -18,6 +18,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_label_key,
+    check_label_value,
+    check_node_name,
+    optional_text,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import (
     NodeEdit,
     NodeWriter,
@@ -166,12 +172,13 @@ def plan_release(node: Mapping[str, Any], want: QuarantineSpec) -> NodeEdit:
 
 def check_spec(name: str, state: str, want: QuarantineSpec) -> None:
     """Bad input fails before any call, naming the option."""
-    if not name:
-        raise FieldError("name", "the node name is required")
+    check_node_name(name, "name")
     if state not in ("present", "absent"):
         raise FieldError("state", "must be present or absent, got %r" % (state,))
-    if not want.taint_key:
-        raise FieldError("taint_key", "must not be empty")
+    check_label_key(want.taint_key, "taint_key")
+    check_label_value(want.taint_value, "taint_value")
+    optional_text(want.reason, "reason")
+    optional_text(want.remediation_id, "remediation_id", 128)
     if want.taint_effect not in TAINT_EFFECTS:
         raise FieldError("taint_effect", "must be one of %s, got %r" % (", ".join(TAINT_EFFECTS), want.taint_effect))
 

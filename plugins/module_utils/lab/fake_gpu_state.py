@@ -40,7 +40,7 @@ _GIB = 1024**3
 
 # PCI device ids (upper 16 bits of nvmlPciInfo_t.pciDeviceId; NVIDIA's vendor id is the lower half).
 _PCI_DEVICE_IDS = {"A100": 0x20B2, "H100": 0x2330, "H200": 0x2335}
-_EVENT_NAME = re.compile(r"^(?P<stamp>\d{20})-[0-9a-f]{8}-gpu(?P<gpu>\d+)-xid(?P<xid>\d+)\.event$")
+_EVENT_NAME = re.compile(r"(?P<stamp>\d{20})-[0-9a-f]{8}-gpu(?P<gpu>\d+)-xid(?P<xid>\d+)\.event")
 
 
 class FakeGpuStateError(GpufleetError):
@@ -250,7 +250,7 @@ def _pending_event_names(state_dir: str) -> List[str]:
         names = os.listdir(_events_dir(state_dir))
     except FileNotFoundError:
         return []
-    return sorted(name for name in names if _EVENT_NAME.match(name))
+    return sorted(name for name in names if _EVENT_NAME.fullmatch(name))
 
 
 # ---------------------------------------------------------------- identity
@@ -417,7 +417,7 @@ def read(state_dir: str) -> Dict[str, Any]:
     gpus = [dict(index=gpu, **asdict(_load_gpu(state_dir, gpu))) for gpu in range(node.count)]
     pending = []
     for name in _pending_event_names(state_dir):
-        match = _EVENT_NAME.match(name)
+        match = _EVENT_NAME.fullmatch(name)
         if match is None:  # _pending_event_names already filters; be safe on races
             continue
         pending.append({"gpu": int(match["gpu"]), "xid": int(match["xid"]), "file": name})

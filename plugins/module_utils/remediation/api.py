@@ -8,6 +8,13 @@ import time
 from typing import Any, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_name,
+    check_node_name,
+    check_node_names,
+    optional_number,
+    optional_text,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import notify
@@ -21,14 +28,37 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.st
 BREAKER_ALERT = "GpuRemediationBreakerTripped"
 
 
+# A remediation id: new_id's "r-<stamp>-<node>-<digest>", or an operator's own.
+REMEDIATION_ID = r"[A-Za-z0-9][A-Za-z0-9._-]{0,299}"
+
+
+def check_inputs(params: Mapping[str, Any]) -> None:
+    """Every option the remediation modules share, through the strict layer, before any API call.
+
+    An empty or odd node name must never reach the API server: "" reads as the list of all nodes."""
+    if "node" in params:
+        check_node_name(params["node"], "node")
+    if params.get("nodes"):
+        check_node_names(params["nodes"], "nodes")
+    if params.get("remediation_id") is not None:
+        check_name(params["remediation_id"], "remediation_id", REMEDIATION_ID, "a remediation id (letters, digits, "
+                   "'.', '_', '-'), such as r-20261130T101500-gpu-a-003-1f2e3d")
+    for name in ("lease", "alert_lasts", "timeout"):
+        optional_number(params.get(name), name, above=0)
+    for name in ("namespace", "pool_selector", "text", "event_reason", "error", "stop", "phase",
+                 "alertmanager_url", "webhook_url", "kubeconfig", "context", "audit_log"):
+        optional_text(params.get(name), name)
+
+
 def policy_from(params: Mapping[str, Any]) -> Policy:
+    check_inputs(params)
     return Policy(
         namespace=params.get("namespace") or "gpufleet-system",
         pool_selector=params.get("pool_selector") or "gpufleet.io/pool",
         plans=check_overrides(params.get("plans")),
         breaker=BreakerPolicy.from_dict(params.get("breaker")),
         escalation=EscalationPolicy.from_dict(params.get("escalation")),
-        lease_s=float(params.get("lease") or 1800.0),
+        lease_s=1800.0 if params.get("lease") is None else float(params["lease"]),
     )
 
 

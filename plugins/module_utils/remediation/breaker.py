@@ -17,10 +17,11 @@ Once it trips it stays open, whatever the window, until a human resets it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,15 @@ class BreakerPolicy:
                 "%s.%s" % (field_name, unknown[0]), "is not a setting; settings: %s" % ", ".join(sorted(known))
             )
         policy = cls(**data)
-        if not isinstance(policy.max_percent, (int, float)) or not 0 < policy.max_percent <= 100:
-            raise FieldError(field_name + ".max_percent", "must be a percentage in (0, 100]")
-        if not isinstance(policy.max_nodes, int) or policy.max_nodes < 1:
+        # NaN compares false to everything: a window of NaN seconds held no slot, so the breaker
+        # granted every remediation. Every number goes through the strict layer (finite only).
+        check_number(policy.max_percent, field_name + ".max_percent", above=0, maximum=100)
+        if isinstance(policy.max_nodes, bool) or not isinstance(policy.max_nodes, int) or policy.max_nodes < 1:
             raise FieldError(field_name + ".max_nodes", "must be an integer >= 1")
-        if not isinstance(policy.window_s, (int, float)) or policy.window_s <= 0:
-            raise FieldError(field_name + ".window_s", "must be a number of seconds > 0")
-        return policy
+        check_number(policy.window_s, field_name + ".window_s", above=0)
+        if not isinstance(policy.enabled, bool):
+            raise FieldError(field_name + ".enabled", "must be true or false, got %r" % (policy.enabled,))
+        return replace(policy, max_percent=float(policy.max_percent), window_s=float(policy.window_s))
 
     def cap(self, gpu_nodes: int) -> int:
         """Nodes that may be out within the window: never below 1, or a small fleet could never heal."""

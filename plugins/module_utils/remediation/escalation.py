@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 
 DAY = 86400.0
 # Remediations that should have cured the fault: seeing it again afterwards means they did not.
@@ -41,10 +42,13 @@ class EscalationPolicy:
         if unknown:
             raise FieldError("%s.%s" % (field_name, unknown[0]), "is not a setting")
         policy = cls(**data)
-        if not isinstance(policy.max_remediations, int) or policy.max_remediations < 1:
+        if isinstance(policy.max_remediations, bool) or not isinstance(policy.max_remediations, int) \
+                or policy.max_remediations < 1:
             raise FieldError(field_name + ".max_remediations", "must be an integer >= 1")
-        if not isinstance(policy.window_days, (int, float)) or policy.window_days <= 0:
-            raise FieldError(field_name + ".window_days", "must be a number of days > 0")
+        check_number(policy.window_days, field_name + ".window_days", above=0)
+        for flag in ("repeat_after_cure", "enabled"):
+            if not isinstance(getattr(policy, flag), bool):
+                raise FieldError("%s.%s" % (field_name, flag), "must be true or false")
         return policy
 
 

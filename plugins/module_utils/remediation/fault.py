@@ -25,7 +25,7 @@ REASON_PREFIX = "gpufleet:"
 # scontrol keeps a reason on one line; long ones are hard to read in sinfo -R.
 SLURM_REASON_MAX = 200
 
-_HEAD = re.compile(r"^(?P<verdict>fatal|degraded), (?P<action>[A-Z_]+): (?P<rest>.*)$", re.S)
+_HEAD = re.compile(r"(?P<verdict>fatal|degraded), (?P<action>[A-Z_]+): (?P<rest>.*)", re.S)
 _UUID = re.compile(r"\bGPU-[0-9A-Fa-f][0-9A-Fa-f-]{7,}")
 _GPU_INDEX = re.compile(r"^GPU (\d+)\b")
 _XID = re.compile(r"\bS?XID (\d+)")
@@ -62,7 +62,7 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
     if not condition or condition.get("status") != "False":
         return None
     message = str(condition.get("message") or "")
-    head = _HEAD.match(message)
+    head = _HEAD.fullmatch(message)
     if not head:
         # A condition we did not write the way we write it: act on it only as far as we understand it.
         return Fault(

@@ -12,11 +12,16 @@ Every input is checked before anything acts; a bad one is a FieldError naming th
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_name,
+    check_node_name,
+    check_number,
+    optional_text,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.clusterapi import ClusterApiNodes
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.spares import LabNodes, load_recipes
@@ -36,8 +41,6 @@ except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
 
 PROVIDERS = ("lab", "clusterapi", "command")
 STATES = ("replaced", "restored")
-# A Kubernetes node name (DNS subdomain) that is also one Slurm node name.
-_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -83,21 +86,16 @@ def check_request(request: ReplaceRequest) -> None:
         raise FieldError("provider", "must be one of %s, not %r" % (", ".join(PROVIDERS), request.provider))
     if request.state not in STATES:
         raise FieldError("state", "must be one of %s, not %r" % (", ".join(STATES), request.state))
-    for option in ("name", "spare"):
-        value = getattr(request, option)
-        if (option == "name" or value is not None) and (not isinstance(value, str) or not _NODE_NAME.match(value)):
-            raise FieldError(option, "must be a node name (lower-case letters, digits, '-' and '.'), not %r" % (value,))
-    if request.remediation_id is not None and (not request.remediation_id or len(request.remediation_id) > 63
-                                               or not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$",
-                                                               request.remediation_id)):
-        raise FieldError("remediation_id", "must be 1-63 letters, digits, '-', '_' or '.' (an annotation value "
-                         "people grep for), not %r" % (request.remediation_id,))
-    if not request.wait_timeout > 0:
-        raise FieldError("wait_timeout", "must be more than 0 seconds, not %r" % (request.wait_timeout,))
-    if not request.command_timeout > 0:
-        raise FieldError("command_timeout", "must be more than 0 seconds, not %r" % (request.command_timeout,))
-    if request.boot_delay < 0:
-        raise FieldError("boot_delay", "must be 0 or more seconds, not %r" % (request.boot_delay,))
+    check_node_name(request.name, "name")
+    if request.spare is not None:
+        check_node_name(request.spare, "spare")
+    if request.remediation_id is not None:
+        check_name(request.remediation_id, "remediation_id")  # an annotation value people grep for
+    check_number(request.wait_timeout, "wait_timeout", above=0)
+    check_number(request.command_timeout, "command_timeout", above=0)
+    check_number(request.boot_delay, "boot_delay", minimum=0)
+    for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "clusterapi_namespace"):
+        optional_text(getattr(request, option), option)
     if request.provider != "lab":
         if request.state == "restored":
             raise FieldError("state", "restored is for provider lab only: provider %s cannot bring a replaced "

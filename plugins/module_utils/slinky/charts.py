@@ -34,7 +34,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 
 DEFAULT_CHART_VERSION = "1.2.1"
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.+-]*)?$")
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.+-]*)?")
 
 # The 1.1.2 chart's sample entries, minus ``enabled`` (helm/slurm/values.yaml at v1.1.2).
 # tests/integration/slinky/test_helm_template.py checks them against the chart. The bases are
@@ -138,7 +138,7 @@ CHART_LINES: Dict[str, ChartLine] = {
 def chart_line(version: Any, field_name: str = "chart_version") -> ChartLine:
     """The supported line of a chart version such as ``1.2.1``; anything else is refused, since
     values for an unknown line have never been rendered against its chart."""
-    match = _VERSION.match(version) if isinstance(version, str) else None
+    match = _VERSION.fullmatch(version) if isinstance(version, str) else None
     if not match:
         raise FieldError(field_name, "must be a chart version such as %r, got %r" % (DEFAULT_CHART_VERSION, version))
     line = "%s.%s" % (match.group(1), match.group(2))

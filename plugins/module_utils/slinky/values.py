@@ -61,14 +61,14 @@ AUTHORIZED_KEYS_DIR = "/etc/ssh/gpufleet-authorized-keys"
 HOME_VOLUME = "gpufleet-home"
 CHECKPOINTS_VOLUME = "gpufleet-checkpoints"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # LoginSet names become part of pod names (<release>-login-<name>-<hash>), as pool names do.
-_SET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_CONDITION_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
-_CLUSTER_NAME = re.compile(r"^[a-z0-9][-a-z0-9_]{0,39}$")
-_PARTITION_NAME = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
-_SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+_SET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_CONDITION_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
+_CLUSTER_NAME = re.compile(r"[a-z0-9][-a-z0-9_]{0,39}")
+_PARTITION_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,127}")
+_SLURM_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _SSH_KEY_TYPES = frozenset(
     {
         "ssh-ed25519",
@@ -175,7 +175,7 @@ def _sequence(value: Any, field: str) -> Sequence[Any]:
 
 
 def _matching(value: Any, field: str, pattern: "re.Pattern[str]", what: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise SlinkyValuesError(field, "must be %s, got %r" % (what, value))
     return value
 

@@ -22,6 +22,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import MAX_NODE_NAME, check_name, check_text
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
     SlurmCommandError,
     SlurmTimeoutError,
@@ -54,12 +55,14 @@ STATES_WITH_REASON = ("DOWN", "DRAIN")
 
 # What scancel says about a job that has ended (or was purged): nothing to cancel.
 _JOB_GONE = re.compile(r"already completing or completed|Invalid job id specified", re.I)
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
-_SIGNAL = re.compile(r"^(SIG)?[A-Z][A-Z0-9+]*$|^[0-9]{1,2}$")
+# Slurm (unlike Kubernetes) allows upper case and '_' in node names; never a leading '-' (an option) and
+# never a host list ("gpu-[1-4]", "a,b"). Capped like a Kubernetes name: a 5,000-character one reached scontrol.
+_NODE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (MAX_NODE_NAME - 1)
+_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,10})?")
+_SIGNAL = re.compile(r"(SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2}")
+_FEATURE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # A reason is printed on one line; a newline would cut it in `scontrol show node` text.
-_FEATURE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_REASON = 1024
 
 
 class SlurmClient:
@@ -132,8 +135,7 @@ class SlurmClient:
         if state in STATES_WITH_REASON:
             if not reason or not reason.strip():
                 raise FieldError("reason", "is required to set a node %s" % state)
-            if _CONTROL.search(reason):
-                raise FieldError("reason", "must be one line without control characters")
+            check_text(reason, "reason", MAX_REASON)
         elif reason is not None:
             raise FieldError("reason", "only %s take a reason, not %s" % (" and ".join(STATES_WITH_REASON), state))
         return self.runner.run("scontrol", "action node_name state reason", mutating=True, nodes=[node],
@@ -153,7 +155,7 @@ class SlurmClient:
         lists = {}
         for name, values in (("features", features), ("active_features", active_features)):
             words = [str(value) for value in values]
-            bad = [word for word in words if not _FEATURE.match(word)]
+            bad = [word for word in words if not _FEATURE.fullmatch(word)]
             if bad:
                 raise FieldError(name, "must be feature names (letters, digits, '_', '.', '-'), not %s" % bad)
             lists[name] = ",".join(words)
@@ -194,15 +196,14 @@ class SlurmClient:
 
 def check_node(node: Any, field: str = "node") -> str:
     """``node`` if it is one node name (never a host list or an option); else FieldError(field)."""
-    if not isinstance(node, str) or not _NODE_NAME.match(node):
-        raise FieldError(field, "must be one node name (letters, digits, '.', '_', '-'), not %r" % (node,))
-    return node
+    return check_name(node, field, _NODE_NAME, "one node name (letters, digits, '.', '_', '-'; at most %d, "
+                      "starting with a letter or digit)" % MAX_NODE_NAME)
 
 
 def check_signal(signal: Any, field: str = "signal") -> str:
     """The signal upper case (``TERM``, ``SIGUSR1``, ``15``); else FieldError(field)."""
     text = str(signal).upper()
-    if not _SIGNAL.match(text):
+    if not _SIGNAL.fullmatch(text):
         raise FieldError(field, "must be a signal name or number, not %r" % text)
     return text
 
@@ -214,7 +215,7 @@ def check_job_ids(job_ids: Sequence[Any], field: str = "job_ids", allow_empty: b
     ids = [str(job_id) for job_id in job_ids or []]
     if not ids and not allow_empty:
         raise FieldError(field, "must name at least one job")
-    bad = [job_id for job_id in ids if not _JOB_ID.match(job_id)]
+    bad = [job_id for job_id in ids if not _JOB_ID.fullmatch(job_id)]
     if bad:
         raise FieldError(field, "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
     return ids

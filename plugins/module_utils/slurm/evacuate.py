@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
     check_job_ids,
     check_node,
@@ -112,10 +113,8 @@ def check_evacuation(node: str, signal: str = "TERM", grace: float = 120.0, poll
     check_node(node)
     if then not in THEN:
         raise FieldError("then", "must be one of %s, not %r" % (", ".join(THEN), then))
-    if grace is None or grace < 0:
-        raise FieldError("grace", "must be 0 or more seconds, not %r" % (grace,))
-    if poll is None or poll <= 0:
-        raise FieldError("poll", "must be more than 0 seconds, not %r" % (poll,))
+    check_number(grace, "grace", minimum=0)
+    check_number(poll, "poll", above=0)
     return dict(signal=check_signal(signal), skip=set(check_job_ids(list(skip_signal or []), "skip_signal",
                                                                     allow_empty=True)))
 

@@ -30,12 +30,12 @@ The decision is pure; ``apply_node_state`` reads the node, decides, writes and r
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_node
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_text
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import MAX_REASON, check_node
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmNode, long_state
 
@@ -48,8 +48,6 @@ FENCE_FLAGS = ("DRAIN", "FAIL")
 SET = "set"
 KEPT_FOREIGN = "kept_foreign"
 NONE = "none"
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def fenced(node: SlurmNode) -> bool:
@@ -122,11 +120,11 @@ def check_request(state: Any, reason: Optional[str], owner_prefix: str) -> str:
         raise FieldError("state", "must be one of %s, not %r" % (", ".join(TARGETS), state))
     if not owner_prefix or not owner_prefix.strip():
         raise FieldError("owner_prefix", "must not be empty: every fence would count as ours")
+    check_text(owner_prefix, "owner_prefix", 128)
     if target != "resume":
         if reason is None or not str(reason).strip():
             raise FieldError("reason", "is required to %s a node" % target)
-        if _CONTROL.search(reason):
-            raise FieldError("reason", "must be one line without control characters")
+        check_text(reason, "reason", MAX_REASON)
     return target
 
 

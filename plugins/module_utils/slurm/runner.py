@@ -28,6 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
     SlurmCommandError,
     SlurmTimeoutError,
@@ -206,6 +207,8 @@ class SlurmRunner:
 
         ``nodes`` names the nodes the call is about, for SlurmUnknownNodeError.
         """
+        if self.timeout is not None:
+            check_number(self.timeout, "timeout", above=0)  # NaN would run forever; checked before any command
         argv = self.argv(command, options, **values)
         env = self.env
         if mutating and self.check_mode:
