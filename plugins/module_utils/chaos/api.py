@@ -30,6 +30,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     observe,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_node_name,
+    check_node_names,
+    check_number,
+    check_text,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
@@ -99,15 +105,16 @@ def resolve_targets(kube: Any, target: Any, allowed_nodes: List[str]) -> List[Di
     if not text:
         raise FieldError("target", "name a node, a comma-separated list, or a label selector such as "
                                    "gpufleet.io/pool=gpu-a")
+    check_text(text, "target")
     if kube is None:
-        names = [n.strip() for n in text.split(",") if n.strip()]
+        names = [check_node_name(n.strip(), "target") for n in text.split(",") if n.strip()]
         if "=" in text:
             raise FieldError("target", "a label selector needs Kubernetes; list the nodes by name")
         return [{"name": n, "labels": {}, "pool": ""} for n in names]
     if "=" in text:
         listed = kube.list_node(label_selector=text).items
     else:
-        wanted = [n.strip() for n in text.split(",") if n.strip()]
+        wanted = [check_node_name(n.strip(), "target") for n in text.split(",") if n.strip()]
         listed = [n for n in kube.list_node().items if n.metadata.name in wanted]
         missing = sorted(set(wanted) - {n.metadata.name for n in listed})
         if missing:
@@ -167,8 +174,8 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
                 merged[knob] = params[option]
     rails = gate.Rails.from_dict(params.get("blast_radius"), params.get("max_duration"))
     deadlines = experiments.deadlines(params.get("deadlines"))
+    allowed = check_node_names(list(params.get("allowed_nodes") or []), "allowed_nodes")
     kube = _kube(params)
-    allowed = list(params.get("allowed_nodes") or [])
     targets = resolve_targets(kube, params.get("target"), allowed)
     store = ledger_store(params, kube)
     pools = _pools(kube)
@@ -248,7 +255,7 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append({"check": name, "ok": bool(ok), "detail": detail})
 
-    limit = float(params.get("max_not_ready_percent", 10.0))
+    limit = check_number(params.get("max_not_ready_percent", 10.0), "max_not_ready_percent", minimum=0, maximum=100)
     if kube is not None:
         nodes = {n.metadata.name: n for n in kube.list_node(label_selector=POOL_LABEL).items}
         pools = {(nodes[t].metadata.labels or {}).get(POOL_LABEL) for t in targets if t in nodes}
@@ -312,7 +319,7 @@ def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
     started = time.time() if now is None else now
     drill = params["drill"]
     verify = params.get("mode") == "verify"
-    deadline = started + float(params.get("timeout") or 0)
+    deadline = started + check_number(params.get("timeout") or 0, "timeout", minimum=0)
     while True:
         checks = steady_checks(params, drill, verify)
         ok = all(c["ok"] for c in checks)
@@ -339,6 +346,12 @@ def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
 def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
     drill = params["drill"]
     started = time.time() if now is None else now
+    # The expiry the watchdog acts on: a NaN one never comes, so the fault would never be rolled back.
+    duration = check_number(drill.get("duration"), "drill.duration", above=0)
+    if params.get("duration") is not None:
+        duration = check_number(params["duration"], "duration", above=0, maximum=duration)
+    for node in drill.get("targets") or []:
+        check_node_name(node, "drill.targets")
     store = ledger_store(params)
     ctx = _ctx(params, check_mode)
     family = FAMILIES[drill["family"]]
@@ -354,7 +367,7 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
         at = time.time()
         entry = {"id": fault_id, "drill": drill["id"], "experiment": drill["experiment"], "family": drill["family"],
                  "node": node, "backend": drill.get("backend") or "default", "spec": spec,
-                 "expires_at": at + float(params.get("duration") or drill["duration"]), "holder": _holder()}
+                 "expires_at": at + duration, "holder": _holder()}
         store.update(lambda d, e=entry: (ledger.add_fault(d, e), None))
         try:
             undo = family.inject(spec, ctx)
@@ -518,7 +531,7 @@ def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
                "params": drill.get("params") or {}, "baseline": params.get("baseline") or {},
                "injected_at": params["injected_at"], "protected_job": params.get("protected_job"),
                "protected_output": params.get("protected_output"), "experiment": drill["experiment"],
-               "poll_s": params.get("poll_interval") or 1.0}
+               "poll_s": check_number(params.get("poll_interval") or 1.0, "poll_interval", above=0)}
     seen = observe.observe(request, probes)
     seen["phase"] = {"phase": "observe", "started_at": started, "finished_at": time.time(),
                      "ok": not seen["aborted"], "detail": {"abort_reason": seen["aborted"]} if seen["aborted"] else {}}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 
 LOOP_STEPS = ("detected", "alerted", "scheduler", "recovered")
 DEFAULT_DEADLINES = {"detected": 30.0, "alerted": 90.0, "scheduler": 180.0, "recovered": 300.0}
@@ -236,9 +237,7 @@ def deadlines(overrides: Optional[Mapping[str, Any]]) -> Dict[str, float]:
     for key, value in (overrides or {}).items():
         if key not in merged:
             raise FieldError("deadlines.%s" % key, "unknown loop step; steps: %s" % ", ".join(LOOP_STEPS))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise FieldError("deadlines.%s" % key, "must be a positive number of seconds, got %r" % (value,))
-        merged[key] = float(value)
+        merged[key] = check_number(value, "deadlines.%s" % key, above=0)
     return merged
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 
 OPT_IN_LABEL = "gpufleet.io/chaos"
 OPT_IN_VALUE = "allowed"
@@ -42,13 +43,12 @@ class Rails:
         max_nodes = blast.get("max_nodes", cls.max_nodes)
         if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
             raise FieldError("blast_radius.max_nodes", "must be an integer >= 1, got %r" % (max_nodes,))
-        max_percent = blast.get("max_percent", cls.max_percent)
-        if isinstance(max_percent, bool) or not isinstance(max_percent, (int, float)) or not 0 < max_percent <= 100:
-            raise FieldError("blast_radius.max_percent", "must be a number in (0, 100], got %r" % (max_percent,))
+        # Finite numbers only: max_duration=nan made every "duration > cap" false, lifting the cap.
+        max_percent = check_number(blast.get("max_percent", cls.max_percent), "blast_radius.max_percent",
+                                   above=0, maximum=100)
         limit = cls.max_duration_s if max_duration_s is None else max_duration_s
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-            raise FieldError("max_duration", "must be a positive number of seconds, got %r" % (limit,))
-        return cls(max_nodes=max_nodes, max_percent=float(max_percent), max_duration_s=float(limit))
+        limit = check_number(limit, "max_duration", above=0)
+        return cls(max_nodes=max_nodes, max_percent=max_percent, max_duration_s=limit)
 
 
 def refusals(
@@ -78,8 +78,10 @@ def refusals(
                                                    kill_switch.get("by") or "?"))
     if not targets:
         refuse("target", "matches no node")
-    if isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) or duration_s <= 0:
-        refuse("duration", "every injection needs a positive duration in seconds, got %r" % (duration_s,))
+    # NaN passed "<= 0" and "> cap" alike, and its expiry (now + nan) never came: the watchdog never rolled back.
+    if (isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) or not math.isfinite(duration_s)
+            or duration_s <= 0):
+        refuse("duration", "every injection needs a positive, finite duration in seconds, got %r" % (duration_s,))
     elif duration_s > rails.max_duration_s:
         refuse("duration", "%ss is over the cap max_duration=%ss" % (duration_s, rails.max_duration_s))
     allowed = set(allowed_nodes)
