@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """Writing a file so that a crash never leaves half of it: the one atomic writer of the reports,
-the chaos file restores (NCCL, kubelet config, their sidecars) and the variability records.
+the chaos file restores (NCCL, kubelet config, their sidecars) and the variability records, and
+the one appender of whole lines (the remediation audit log, the agent's health journal).
 
 Small on purpose, with no imports of ours: modules that only need to write a file do not carry
 the report renderers into their payload.
@@ -9,6 +10,7 @@ the report renderers into their payload.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from typing import Optional
@@ -33,3 +35,34 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, uid: Optional[int] =
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def append_line(path: str, line: bytes, mode: int = 0o640) -> None:
+    """Append one whole line, or nothing: readers of a JSON-lines log never meet half a record.
+
+    One ``write`` with O_APPEND puts a line at the end even when several writers append at once;
+    a short write (a full disk, a signal) is not ignored: the rest is written, and on any error the
+    file is cut back to where it ended before, then the OSError is raised (ENOSPC for a full disk).
+    After a torn last line (no newline at the end) the record starts on a line of its own."""
+    if not line.endswith(b"\n") or b"\n" in line[:-1]:
+        raise ValueError("append_line takes exactly one line ending with a newline")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+    try:
+        before = os.fstat(fd).st_size
+        if before and os.pread(fd, 1, before - 1) != b"\n":
+            line = b"\n" + line  # a torn last line stays alone on its line; ours starts a new one
+        done = 0
+        try:
+            while done < len(line):
+                written = os.write(fd, line[done:])
+                if written <= 0:
+                    raise OSError(errno.EIO, "no byte written")
+                done += written
+            os.fsync(fd)
+        except OSError:
+            # Cut our part back off, unless another writer appended after it (then a reader skips it).
+            if os.fstat(fd).st_size == before + done:
+                os.ftruncate(fd, before)
+            raise
+    finally:
+        os.close(fd)

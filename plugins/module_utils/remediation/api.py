@@ -188,7 +188,7 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
         reason = params.get("event_reason") or "GpuRemediationFinished"
         if not check_mode:
             if params.get("audit_log"):
-                result["changed"] = records.append_record(params["audit_log"], audit)
+                result["changed"] = records.append_record(params["audit_log"], audit, result["warnings"])
             if not progress.get("finished_at"):
                 store.update(node, remediation_id, now, close)
                 result["changed"] = True

@@ -10,10 +10,13 @@ the plan and why it was chosen, the jobs affected, and what triggered it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import append_line
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import RemediationPlan
 
 SCHEMA = 1
@@ -59,30 +62,42 @@ def audit_record(progress: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def already_recorded(path: str, record: Mapping[str, Any]) -> bool:
+class AuditLogError(GpufleetError):
+    """The audit log cannot be written; ``path`` names it. Nothing partial is left in it."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__("audit log %s: %s" % (path, message))
+        self.field = "audit_log"
+        self.path = path
+
+
+def already_recorded(path: str, record: Mapping[str, Any], warnings: Optional[List[str]] = None) -> bool:
     """A line of the same remediation and end is there (a failed attempt and its resumed end are two lines)."""
     def key(item: Mapping[str, Any]) -> tuple:
         # One line per end: a remediation succeeds (or stops) once, but may fail several times first.
         ended = item.get("finished_at") if item.get("result") == "failed" else None
         return (item.get("id"), item.get("result"), ended)
 
-    return any(key(line) == key(record) for line in read_records(path))
+    return any(key(line) == key(record) for line in read_records(path, warnings=warnings))
 
 
-def append_record(path: str, record: Mapping[str, Any]) -> bool:
-    """Append ``record`` as one line unless it is there already; True when written."""
-    if already_recorded(path, record):
+def append_record(path: str, record: Mapping[str, Any], warnings: Optional[List[str]] = None) -> bool:
+    """Append ``record`` as one whole line unless it is there already; True when written.
+
+    A failed write leaves the log as it was and raises AuditLogError naming the file (a full
+    disk says so): the remediation stops there rather than record half a line."""
+    if already_recorded(path, record, warnings):
         return False
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, mode=0o750, exist_ok=True)
-    line = json.dumps(record, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, mode=0o750, exist_ok=True)
+        append_line(path, line, 0o640)
+    except OSError as exc:
+        why = "the disk is full (ENOSPC)" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise AuditLogError(path, "cannot append the record of %s: %s; nothing was written"
+                            % (record.get("id"), why)) from exc
     return True
 
 
@@ -125,15 +140,28 @@ def end_text(record: Mapping[str, Any]) -> str:
     )
 
 
-def read_records(path: str, node: Optional[str] = None) -> List[Dict[str, Any]]:
+def read_records(path: str, node: Optional[str] = None, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """The records of the log (of ``node``). A torn line (a crash or a full disk mid-write, an
+    editor) is skipped with a warning naming the file and line: one bad line must not block every
+    later remediation."""
     records = []
     try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    record = json.loads(line)
-                    if node is None or record.get("node") == node:
-                        records.append(record)
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+                    if warnings is not None:
+                        warnings.append("audit log %s line %d is not a JSON record, skipped: %s" % (path, number, exc))
+                    continue
+                if not isinstance(record, dict):
+                    if warnings is not None:
+                        warnings.append("audit log %s line %d is not a JSON object, skipped" % (path, number))
+                    continue
+                if node is None or record.get("node") == node:
+                    records.append(record)
     except FileNotFoundError:
         pass
     return records
