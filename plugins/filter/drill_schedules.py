@@ -15,6 +15,8 @@ description:
     C(target) (a node, a comma list or a label selector) and C(when): a systemd C(OnCalendar=) expression for the
     systemd backend, five crontab fields or a macro such as C(@daily) for cron. Optional: C(params), C(duration)
     (seconds, default 600), C(dry_run) (default false), C(enabled) (default true), C(extra_vars)."
+  - "Every value that reaches a cron line or a unit file goes through the strict input layer: node names and label
+    selectors in C(target), no control characters anywhere (a newline would add a line), finite numbers."
   - "Fails with the bad field named, for example C(drill_schedule_drills[1].when: five crontab fields ...)."
 author: gpufleet.resilience contributors (@gpufleet)
 options:
@@ -28,6 +30,15 @@ options:
     type: str
     choices: [systemd, cron]
     default: systemd
+  user:
+    description: The account the drills run as (C(drill_schedule_user)); a POSIX user name.
+    type: str
+  python:
+    description: The Python that runs the drills (C(drill_schedule_python)); an absolute, normalized path.
+    type: str
+  directory:
+    description: The drills' directory (C(drill_schedule_dir)); an absolute, normalized path.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -57,12 +68,14 @@ from typing import Any, Callable, Dict, List
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.schedule import check
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.schedule import check, check_settings
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 
-def drill_schedules(drills: Any, backend: str = "systemd") -> List[Dict[str, Any]]:
+def drill_schedules(drills: Any, backend: str = "systemd", user: Any = None, python: Any = None,
+                    directory: Any = None) -> List[Dict[str, Any]]:
     try:
+        check_settings(user, python, directory)
         return check(drills, backend)
     except FieldError as exc:
         raise AnsibleFilterError(str(exc)) from exc

@@ -29,12 +29,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     numa,
     observe,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
     check_node_name,
     check_node_names,
     check_number,
-    check_text,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
@@ -101,20 +101,16 @@ def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
 # -- targets -----------------------------------------------------------------------------------
 def resolve_targets(kube: Any, target: Any, allowed_nodes: List[str]) -> List[Dict[str, Any]]:
     """A node name, a comma list, or a label selector (``key=value``) -> [{"name", "labels", "pool"}]."""
-    text = ",".join(target) if isinstance(target, list) else str(target or "").strip()
-    if not text:
-        raise FieldError("target", "name a node, a comma-separated list, or a label selector such as "
-                                   "gpufleet.io/pool=gpu-a")
-    check_text(text, "target")
+    text = check_target(",".join(map(str, target)) if isinstance(target, list) else target)
     if kube is None:
-        names = [check_node_name(n.strip(), "target") for n in text.split(",") if n.strip()]
+        names = [n.strip() for n in text.split(",") if n.strip()]
         if "=" in text:
             raise FieldError("target", "a label selector needs Kubernetes; list the nodes by name")
         return [{"name": n, "labels": {}, "pool": ""} for n in names]
     if "=" in text:
         listed = kube.list_node(label_selector=text).items
     else:
-        wanted = [check_node_name(n.strip(), "target") for n in text.split(",") if n.strip()]
+        wanted = [n.strip() for n in text.split(",") if n.strip()]
         listed = [n for n in kube.list_node().items if n.metadata.name in wanted]
         missing = sorted(set(wanted) - {n.metadata.name for n in listed})
         if missing:

@@ -11,6 +11,12 @@ import re
 from typing import Any, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_label_key,
+    check_label_value,
+    check_node_name,
+    check_text,
+)
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -40,6 +46,25 @@ def bool_param(params: Mapping[str, Any], name: str, default: bool = False) -> b
     if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
         return value.strip().lower() in TRUE_WORDS
     raise FieldError("params.%s" % name, "must be true or false, got %r" % (value,))
+
+
+def check_target(value: Any, field: str = "target") -> str:
+    """A drill's target, stripped: node names, a comma list of them, or a ``key=value`` label selector.
+
+    It is written into cron lines, unit files and Kubernetes selectors, so every part goes through
+    the strict layer: a newline in it wrote an extra root cron line (issue 16, finding 7)."""
+    text = check_text(value, field, 4096).strip() if isinstance(value, str) else value
+    if not isinstance(text, str) or not text:
+        raise FieldError(field, "a node, a comma-separated list or a label selector such as gpufleet.io/pool=gpu-a, "
+                         "got %r" % (value,))
+    for part in (p.strip() for p in text.split(",")):
+        key, sep, wanted = part.partition("=")
+        if sep:
+            check_label_key(key.rstrip("!"), field)
+            check_label_value(wanted.lstrip("="), field)
+        else:
+            check_node_name(part, field)
+    return text
 
 
 def fault_id(value: Any, label: bool = False) -> str:

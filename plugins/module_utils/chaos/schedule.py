@@ -17,7 +17,14 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_name,
+    check_number,
+    check_path,
+    check_text,
+)
 
 BACKENDS = ("systemd", "cron")
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
@@ -28,9 +35,10 @@ KEYS = {"name", "experiment", "target", "when", "params", "duration", "dry_run",
 
 
 def _when(value: Any, backend: str, field: str) -> str:
-    if not isinstance(value, str) or not value.strip() or "\n" in value or "%" in value:
+    if not isinstance(value, str) or not value.strip() or "%" in value:
         raise FieldError(field, "a %s schedule without newlines or %%, got %r"
                          % ("OnCalendar" if backend == "systemd" else "crontab", value))
+    check_text(value, field, 256)  # no newline, no carriage return: one cron or OnCalendar= line
     value = " ".join(value.split())
     if backend == "cron" and value not in CRON_MACROS:
         fields = value.split(" ")
@@ -64,22 +72,50 @@ def check(drills: Any, backend: str, variable: str = "drill_schedule_drills") ->
             experiment = experiments.get(entry.get("experiment"))
         except FieldError as exc:
             raise FieldError(where + ".experiment", exc.message) from exc
-        target = entry.get("target")
-        if not isinstance(target, str) or not target.strip():
-            raise FieldError(where + ".target", "a node, a comma list or a label selector, got %r" % (target,))
+        target = check_target(entry.get("target"), where + ".target")
         duration = entry.get("duration", 600)
-        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or duration <= 0:
-            raise FieldError(where + ".duration", "a positive number of seconds, got %r" % (duration,))
+        check_number(duration, where + ".duration", above=0)
         for key in ("params", "extra_vars"):
             if not isinstance(entry.get(key, {}), Mapping):
                 raise FieldError("%s.%s" % (where, key), "must be a mapping")
+            _plain(entry.get(key) or {}, "%s.%s" % (where, key))
         for key in ("dry_run", "enabled"):
             if not isinstance(entry.get(key, key == "enabled"), bool):
                 raise FieldError("%s.%s" % (where, key), "must be true or false")
         checked.append({
-            "name": name, "experiment": experiment.name, "target": target.strip(),
+            "name": name, "experiment": experiment.name, "target": target,
             "when": _when(entry.get("when"), backend, where + ".when"), "params": dict(entry.get("params") or {}),
             "duration": duration, "dry_run": entry.get("dry_run", False), "enabled": entry.get("enabled", True),
             "extra_vars": dict(entry.get("extra_vars") or {}),
         })
     return checked
+
+
+def _plain(value: Any, field: str, depth: int = 0) -> None:
+    """Data for the drill's extra variables: names for keys, strings without control characters,
+    finite numbers, nested no deeper than a few levels."""
+    if depth > 4:
+        raise FieldError(field, "is nested too deep")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_name(key, "%s key" % field, r"[A-Za-z_][A-Za-z0-9_]{0,63}", "a variable name")
+            _plain(item, "%s.%s" % (field, key), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _plain(item, "%s[%d]" % (field, index), depth + 1)
+    elif isinstance(value, str):
+        check_text(value, field)
+    elif isinstance(value, float):
+        check_number(value, field)
+    elif value is not None and not isinstance(value, (bool, int)):
+        raise FieldError(field, "must be a string, a number, true/false, a list or a mapping")
+
+
+def check_settings(user: Any = None, python: Any = None, directory: Any = None) -> None:
+    """The role settings that reach every cron line and unit file (the account, the Python, the directory)."""
+    if user is not None:
+        check_name(user, "drill_schedule_user", r"[a-z_][a-z0-9_-]{0,31}", "a POSIX user name")
+    if python is not None:
+        check_path(python, "drill_schedule_python")
+    if directory is not None:
+        check_path(directory, "drill_schedule_dir")
