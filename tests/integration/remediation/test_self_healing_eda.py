@@ -35,7 +35,7 @@ from typing import Any, Dict, List
 
 import pytest
 import yaml
-from agent_probe import AgentProbe, firing_alerts, nodes_alerting, wait_for
+from agent_probe import AgentProbe, alertmanager_url, firing_alerts, nodes_alerting, wait_for
 from lab_harness import REPO, TEST_LAB_VARS, VENV_BIN, Lab, run_playbook
 
 pytestmark = [pytest.mark.integration]
@@ -86,13 +86,19 @@ class Eda:
         return self.lab.recorded_pids()[PROCESS]
 
 
-def post_alerts(alerts: List[Dict[str, Any]], status: str = "firing") -> None:
-    """A webhook notification as Alertmanager sends it (version 4 of its payload)."""
+def webhook_token(lab: Lab) -> str:
+    """The bearer token the lab generated for its webhook (Alertmanager sends the same)."""
+    return (lab.lab_dir / "secrets" / "webhook-token").read_text().strip()
+
+
+def post_alerts(lab: Lab, alerts: List[Dict[str, Any]], status: str = "firing") -> None:
+    """A webhook notification as Alertmanager sends it (version 4 of its payload), with the token."""
     body = {"version": "4", "groupKey": "{}:{}", "status": status, "receiver": "gpufleet-self-healing",
             "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://test",
             "truncatedAlerts": 0, "alerts": alerts}
     request = urllib.request.Request(WEBHOOK, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": "Bearer " + webhook_token(lab)})
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.status == 200
 
@@ -213,17 +219,18 @@ def test_duplicate_alerts_for_a_node_start_no_second_run(eda):
     alert = next(a for a in firing_alerts("GpuNodeFatal") if a["labels"].get("node") == ALERT_NODE)
     assert time.time() - epoch(first["remediation_trigger"]["received_at"]) < WINDOW_S - 10, "too slow for the window"
     # Alertmanager's repeat of the same alert, and another gpufleet alert about the same node.
-    post_alerts([as_notified(alert)])
+    post_alerts(eda.lab, [as_notified(alert)])
     remap = dict(alert["labels"], alertname="GpuRowRemapFailure", gpu="3")
-    post_alerts([as_notified(alert), dict(as_notified(alert), labels=remap, fingerprint="0123456789abcdef")])
+    post_alerts(eda.lab, [as_notified(alert), dict(as_notified(alert), labels=remap, fingerprint="0123456789abcdef")])
     # Resolved notifications and alerts the rule does not take start nothing either.
-    post_alerts([dict(as_notified(alert), status="resolved")], status="resolved")
+    post_alerts(eda.lab, [dict(as_notified(alert), status="resolved")], status="resolved")
     not_taken = dict(alert["labels"], node="gpu-a-004", alertname="GpufleetAgentDown")
-    post_alerts([dict(as_notified(alert), labels=not_taken)])
+    post_alerts(eda.lab, [dict(as_notified(alert), labels=not_taken)])
     # The control: the same alert about another node, within the window, runs at once (throttle
     # per node, runs in parallel).
     other = "gpu-a-099"
-    post_alerts([dict(as_notified(alert), labels=dict(alert["labels"], node=other), fingerprint="fedcba9876543210")])
+    post_alerts(eda.lab, [dict(as_notified(alert), labels=dict(alert["labels"], node=other),
+                               fingerprint="fedcba9876543210")])
     wait_for(lambda: eda.runs(other, "alertmanager"), 30, what="the run for %s" % other)
     # Another alert about the node is not a duplicate (a fatal fault after a degraded one must not
     # be dropped): it runs once, after the first run, under the node's lock.
@@ -310,6 +317,94 @@ def test_the_source_renews_its_watch_without_repeating_events(lab):
     assert not thread.is_alive()
 
 
+def template_payloads(marker_dir: Path, tag: str) -> List[str]:
+    """Template forms that would each create a marker file if anything rendered them (once or twice)."""
+    touch = "touch %s/%s-%%d" % (marker_dir, tag)
+    return [
+        "{{ lookup('pipe', '%s') }}" % (touch % 1),
+        "{%% set x = lookup('ansible.builtin.pipe', '%s') %%}text" % (touch % 2),
+        "{# comment #}{{ query('pipe', '%s') }}" % (touch % 3),
+        # Rendered once, it becomes a template: a second rendering would run it.
+        "{{ '{{' }} lookup('pipe', '%s') {{ '}}' }}" % (touch % 4),
+        # Percent-encoded, as the rulebook sends it: decoded once, it must stay this text.
+        "%%7B%%7B lookup('pipe', '%s') %%7D%%7D" % (touch % 5).replace(" ", "%20"),
+        "{{ lookup('pipe', '%s') }}\nsecond line" % (touch % 6),
+    ]
+
+
+def post_raw(body: bytes, headers: Dict[str, str]) -> int:
+    request = urllib.request.Request(WEBHOOK, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.lab
+def test_alert_and_condition_text_is_data_never_a_template(eda, tmp_path):
+    """Finding 1 of issue 16: labels, annotations and a condition message that hold templates reach
+    the playbook as text; a node label that is not a node name starts nothing; only the token gets in."""
+    lab = eda.lab
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    text = template_payloads(markers, "alert")
+    now = rfc3339(time.time())
+    # Straight to the webhook, as a forger with the token would.
+    direct = {"status": "firing", "startsAt": now, "fingerprint": "1111111111111111",
+              "labels": {"alertname": "GpuNodeFatal", "component": "gpufleet", "node": "gpu-a-097",
+                         "pool": text[0], "gpu": text[1]},
+              "annotations": {"summary": text[2], "description": text[3], "runbook": text[4], "note": text[5]}}
+    # Without the token (or with a wrong one) the webhook turns it away.
+    body = json.dumps({"version": "4", "status": "firing", "receiver": "x", "alerts": [direct]}).encode()
+    assert post_raw(body, {"Content-Type": "application/json"}) == 401
+    assert post_raw(body, {"Content-Type": "application/json", "Authorization": "Bearer not-the-token"}) == 401
+    time.sleep(3)
+    assert not eda.runs("gpu-a-097", "alertmanager")
+    post_alerts(lab, [direct])
+    # Through Alertmanager's own route (its API, then its webhook notification with the token).
+    routed = {"labels": {"alertname": "GpuNodeDegraded", "component": "gpufleet", "node": "gpu-a-096",
+                         "pool": text[0], "gpu": text[1]},
+              "annotations": {"summary": text[2], "description": text[3]}}
+    request = urllib.request.Request(alertmanager_url() + "/api/v2/alerts", data=json.dumps([routed]).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert answer.status == 200
+    # Node labels that are no node name: refused by the rule, no run at all.
+    bad_nodes = [text[0], "gpu-a-095\n", "gpu-a-095\nx", "../../etc/passwd", "/etc/passwd", "-oProxyCommand=id",
+                 "GPU-A-095", "", "a" * 300, "gpu a 095", "{{ 'gpu-a-095' }}"]
+    post_alerts(lab, [dict(direct, fingerprint="2%015d" % i, labels=dict(direct["labels"], node=bad))
+                      for i, bad in enumerate(bad_nodes)])
+    # The node-condition path: a message written as any agent could write it.
+    message = "fatal, RESTART_BM: GPU 0 (GPU-test, 0000:1b:00.0): XID 79 " + text[0] + text[1]
+    patch_condition(lab, CONDITION_NODE, "True", "GpusHealthy", "8 GPUs healthy", time.time(), time.time())
+    time.sleep(2)
+    began = time.time()
+    patch_condition(lab, CONDITION_NODE, "False", "Xid79", message, transition=began, heartbeat=began)
+
+    direct_run = wait_for(lambda: eda.runs("gpu-a-097", "alertmanager"), 60, what="the run of the direct alert")[0]
+    routed_run = wait_for(lambda: eda.runs("gpu-a-096", "alertmanager"), 60, what="the run of the routed alert")[0]
+    condition_run = wait_for(lambda: [r for r in eda.runs(CONDITION_NODE, "node_condition")
+                                      if r["remediation_trigger"]["starts_at"] == rfc3339(began)], 60,
+                             what="the run of the patched condition")[0]
+    assert direct_run["remediation_trigger"]["labels"]["pool"] == text[0]
+    assert direct_run["remediation_trigger"]["labels"]["gpu"] == text[1]
+    annotations = direct_run["remediation_trigger"]["annotations"]
+    assert [annotations[key] for key in ("summary", "description", "runbook", "note")] == text[2:6]
+    assert routed_run["remediation_trigger"]["labels"]["pool"] == text[0]
+    assert routed_run["remediation_trigger"]["annotations"] == {"summary": text[2], "description": text[3]}
+    assert condition_run["remediation_trigger"]["condition"]["message"] == message
+    # What crossed into extra vars holds no template delimiter at all.
+    for run in (direct_run, routed_run, condition_run):
+        assert not any(mark in run["remediation_trigger_encoded"] for mark in ("{", "}", "#")), run
+    time.sleep(3)
+    assert sorted(path.name for path in markers.iterdir()) == []
+    assert len(eda.runs("gpu-a-097", "alertmanager")) == 1
+    recorded = {json.loads(path.read_text())["remediation_node"] for path in eda.record_dir.glob("*.json")}
+    assert not recorded & set(bad_nodes), recorded & set(bad_nodes)
+    assert "is not a node name" in eda.log()
+
+
 @pytest.mark.lab
 def test_the_off_switch_stops_the_rulebook(eda):
     lab = eda.lab
@@ -331,12 +426,13 @@ def test_the_off_switch_stops_the_rulebook(eda):
 RULEBOOKS = REPO / "extensions" / "eda" / "rulebooks"
 # The shipped rulebooks and the role settings that render them.
 SHIPPED = {
-    "gpufleet-remediation.yml": {"self_healing_source": "alertmanager"},
+    "gpufleet-remediation.yml": {"self_healing_source": "alertmanager", "self_healing_webhook_token": "t" * 32},
     "gpufleet-remediation-node-condition.yml": {"self_healing_source": "node_condition"},
     "gpufleet-remediation-controller.yml": {
         "self_healing_source": "alertmanager",
         "self_healing_action": "run_job_template",
         "self_healing_controller_url": "https://controller.example.com",
+        "self_healing_webhook_token": "t" * 32,
     },
 }
 
@@ -379,7 +475,9 @@ def test_shipped_rulebooks_are_what_the_role_renders(tmp_path):
 
 def test_systemd_backend_stages_a_unit_that_systemd_accepts(tmp_path):
     root, prefix = staged(tmp_path, {"self_healing_source": "both", "self_healing_webhook_host": "0.0.0.0",
-                                     "self_healing_webhook_token": "s3cret", "remediation_grace": 30})
+                                     "self_healing_webhook_token": "s3cret-" * 4, "remediation_grace": 30,
+                                     "self_healing_webhook_certfile": "/etc/gpufleet/eda/tls.crt",
+                                     "self_healing_webhook_keyfile": "/etc/gpufleet/eda/tls.key"})
     unit = root / "etc" / "systemd" / "system" / "gpufleet-eda.service"
     text = unit.read_text()
     exec_start = "ExecStart=%s/venv/bin/ansible-rulebook --rulebook /etc/gpufleet/eda/gpufleet-remediation.yml"
@@ -393,7 +491,11 @@ def test_systemd_backend_stages_a_unit_that_systemd_accepts(tmp_path):
     assert inventory["ansible_python_interpreter"] == "%s/venv/bin/python" % prefix
     assert inventory["remediation_grace"] == 30 and inventory["kubernetes_kubeconfig"] == "/etc/gpufleet/eda.kubeconfig"
     rulebook = yaml.safe_load((config / "gpufleet-remediation.yml").read_text())
-    assert rulebook[0]["sources"][0]["eda.builtin.webhook"]["token"] == "{{ self_healing_webhook_token }}"
+    webhook = rulebook[0]["sources"][0]["eda.builtin.webhook"]
+    assert webhook["token"] == "{{ self_healing_webhook_token }}"
+    assert webhook["certfile"] == "{{ self_healing_webhook_certfile }}" and "hmac_secret" not in webhook
+    rulebook_vars = yaml.safe_load((config / "vars.yml").read_text())
+    assert rulebook_vars["self_healing_webhook_certfile"] == "/etc/gpufleet/eda/tls.crt"
     assert [s["name"] for s in rulebook[0]["sources"]] == ["alertmanager", "node_condition"]
     environment = (config / "environment").read_text()
     assert 'ANSIBLE_COLLECTIONS_PATH="%s"' % (REPO / "collections") in environment
