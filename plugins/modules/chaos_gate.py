@@ -17,6 +17,9 @@ description:
     metal), when more than C(blast_radius.max_nodes) nodes or C(blast_radius.max_percent) of a pool are targeted,
     when the duration is missing or over O(max_duration), when the kill switch is on, or when a target already has
     an active fault or drill, and with O(exclusive) when any other drill or a remediation is under way.
+  - "Every input goes through the strict input layer: C(params) keys outside the experiment's schema are refused by
+    name, numbers must be finite (NaN and infinity are refused), node names are RFC 1123 names, and paths and
+    programs come only from O(allowed_dirs)."
   - Returns the drill (its id, the resolved parameters, what the feedback loop is expected to show) and the plan
     of every injection. In check mode (dry run) nothing is registered; the plan is all it returns.
   - Registers the drill in the chaos ledger, so a second drill on the same node is refused while this one runs.
@@ -64,6 +67,15 @@ options:
     type: list
     elements: str
     default: []
+  allowed_dirs:
+    description:
+      - Directories under which a knob that names a file or a program on the node (C(params.path), C(params.output),
+        C(params.nccl_tests), C(params.kubelet_config)) may point; with O(lab_dir), the lab directory too.
+      - Empty refuses every such knob that the drill sets itself (the experiment's own defaults still apply).
+    type: list
+    elements: path
+    default: []
+    version_added: 0.6.0
   exclusive:
     description:
       - Refuse the drill when any other drill is active anywhere in the ledger, or when a remediation is under
@@ -134,6 +146,7 @@ def main():
             max_duration=dict(type="float", default=3600),
             blast_radius=dict(type="dict", default={}),
             allowed_nodes=dict(type="list", elements="str", default=[]),
+            allowed_dirs=dict(type="list", elements="path", default=[]),
             exclusive=dict(type="bool", default=False),
             deadlines=dict(type="dict", default={}),
             protected_job=dict(type="str"),

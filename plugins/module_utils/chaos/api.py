@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_node_name,
     check_node_names,
     check_number,
+    check_path,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
@@ -161,8 +162,11 @@ def _remediations_under_way(kube: Any, params: Mapping[str, Any]) -> List[str]:
 def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
     now = time.time() if now is None else now
     experiment = experiments.get(params.get("experiment"))
+    allowed_dirs = [check_path(d, "allowed_dirs[%d]" % i) for i, d in enumerate(params.get("allowed_dirs") or [])]
+    if params.get("lab_dir"):
+        allowed_dirs.append(os.path.normpath(params["lab_dir"]))  # the lab's own files
     merged = dict(experiment.params)
-    merged.update(params.get("params") or {})
+    merged.update(experiments.check_params(experiment, params.get("params"), allowed_dirs))
     if experiment.name == "checkpoint_kill":
         # The job a checkpoint kill kills is the one the drill protects.
         for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):

@@ -60,8 +60,7 @@ EXPERIMENT = "gpu_burn"
 EXPERIMENTS = (EXPERIMENT,)
 VIAS = ("slurm", "kubernetes", "lab")
 TOOLS = ("gpu_burn", "dcgm_diag")
-PARAMS = ("seconds", "gpus", "via", "tool", "memory_percent", "tensor_cores", "neighbour_job", "namespace", "image",
-          "output")
+PARAMS = experiments.get(EXPERIMENT).knobs
 MAX_SECONDS = 86400
 # gpu-burn spends a while allocating memory before the timed burn starts; the scheduler's limit
 # (Slurm --time, the Pod's activeDeadlineSeconds) is the burn plus this, so it ends a hung burn,

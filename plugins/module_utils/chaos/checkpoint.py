@@ -45,6 +45,7 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
@@ -66,11 +67,7 @@ DEFAULTS: Dict[str, Dict[str, Any]] = {
     FILL: {"leave_bytes": MIB, "allow_shared_filesystem": False},
     STORAGE: {"mode": "cut", "allow_shared_filesystem": False},
 }
-PARAMS = {
-    KILL: ("job_id", "output", "timeout_s", "poll_s", "requeue", "requeue_timeout_s"),
-    FILL: ("path", "leave_bytes", "allow_shared_filesystem"),
-    STORAGE: ("path", "mode", "rbps", "wbps", "cgroup", "job_id", "allow_shared_filesystem"),
-}
+PARAMS = {name: experiments.get(name).knobs for name in (KILL, FILL, STORAGE)}
 FILL_PREFIX = ".gpufleet-chaos-fill-"
 # Where the storage role puts the lab's checkpoint volume, below the lab directory.
 LAB_CHECKPOINT_DIR = "storage/checkpoints"

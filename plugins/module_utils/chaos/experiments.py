@@ -12,10 +12,15 @@ An expectation of "no alert" is not a pass: it is how a drill finds an observabi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_plain
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_name,
+    check_number,
+    check_path_under,
+)
 
 LOOP_STEPS = ("detected", "alerted", "scheduler", "recovered")
 DEFAULT_DEADLINES = {"detected": 30.0, "alerted": 90.0, "scheduler": 180.0, "recovered": 300.0}
@@ -53,11 +58,15 @@ class Experiment:
     missing_alert_hint: str = ""
     simulated: Tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)  # defaults; gpu_xid's loop depends on params
+    # The knobs it takes (its schema): any other key of params is refused by name, so a typo
+    # ("xidd: 79") fails instead of running the default fault.
+    knobs: Tuple[str, ...] = ()
 
 
 def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
          hint: str = "", **params: Any) -> Experiment:
     backends = ("nvml_sim", "kmsg") if params.pop("with_kmsg", True) else ("nvml_sim",)
+    knobs = ("gpu", "pci_bus", *sorted(params))
     return Experiment(
         name=name,
         family="gpu_fault",
@@ -72,6 +81,7 @@ def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...],
         simulated=("the GPU: the fault is written into the lab's fake NVML state (and the node's own kernel-log "
                    "file), which the unmodified health agent reads through pynvml",),
         params=dict(params, gpu=0),
+        knobs=knobs,
     )
 
 
@@ -133,6 +143,8 @@ _add(Experiment(
     simulated=("the burn's load: utilization, temperature, power and the power-cap slowdown are written into the "
                "fake GPU state (the fake NVML has no clock field)",),
     params={"seconds": 60},
+    knobs=("seconds", "gpus", "via", "tool", "memory_percent", "tensor_cores", "neighbour_job", "namespace", "image",
+           "output"),
 ))
 _CHECKPOINT_HINT = ("a metric for failed checkpoint saves from the training job (or its launcher) and an alert on it: "
                     "a job that cannot save loses all work since its last good checkpoint at the next fault")
@@ -141,6 +153,7 @@ _add(Experiment(
     summary="Kill the job while it writes a synchronous checkpoint; it must resume from the previous valid one",
     lab_backends=("slurm",), site_backends=("slurm",), detection=None, requeues=True,
     missing_alert_hint=_CHECKPOINT_HINT, params={"timeout_s": 120},
+    knobs=("job_id", "output", "timeout_s", "poll_s", "requeue", "requeue_timeout_s"),
 ))
 _add(Experiment(
     name="checkpoint_fill", family="checkpoint",
@@ -148,6 +161,7 @@ _add(Experiment(
     lab_backends=("fill",), site_backends=("fill",), missing_alert_hint=_CHECKPOINT_HINT,
     detection=Detection("checkpoint_failed", "job_event", what="the job reported a failed checkpoint save"),
     simulated=("the checkpoint volume is the lab's size-limited tmpfs",), params={"leave_bytes": 65536},
+    knobs=("path", "leave_bytes", "allow_shared_filesystem"),
 ))
 _add(Experiment(
     name="checkpoint_storage", family="checkpoint",
@@ -157,6 +171,7 @@ _add(Experiment(
     simulated=("the storage path is the lab's tmpfs; io.max needs a block device, so 'slow' is a missing "
                "capability in the lab",),
     params={"mode": "cut"},
+    knobs=("path", "mode", "rbps", "wbps", "cgroup", "job_id", "allow_shared_filesystem"),
 ))
 _add(Experiment(
     name="nccl_env", family="nccl_env",
@@ -167,6 +182,7 @@ _add(Experiment(
                        "today that a node's jobs run with a changed NCCL configuration",
     simulated=("no NCCL and no nccl-tests in the lab: the variables reach the jobs' environment, nothing uses them",),
     params={"vars": {"NCCL_IB_DISABLE": "1"}},
+    knobs=("vars", "path", "nccl_tests", "nccl_tests_args", "measure"),
 ))
 _add(Experiment(
     name="net_degrade", family="network",
@@ -178,11 +194,15 @@ _add(Experiment(
     simulated=("the fabric: two network namespaces joined by a veth pair, built by the drill; the degradation "
                "and the eBPF counts are real on that path",),
     params={"delay_ms": 50, "loss_percent": 5, "rate_mbit": 10},
+    knobs=("interface", "delay_ms", "loss_percent", "rate_mbit", "observe", "measure_s"),
 ))
 _NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"
               "seconds_total and node_pressure_memory_*, node_memory_numa_numa_miss_total / numa_foreign with "
               "--collector.meminfo_numa) and an alert on them beside the protected job's step rate: nothing "
               "today shows a noisy neighbour or remote memory slowing a job")
+_NUMA_KNOBS = ("seconds", "workers", "load_percent", "memory_percent", "near_node", "far_node", "via", "output",
+               "topology_manager_policy", "topology_manager_scope", "allow_kubelet_change", "kubelet_config",
+               "kubelet_restart")
 _NUMA_LOAD = ("the target node: the lab's Slurm nodes are slurmd daemons on one machine, so the load (real "
               "stress-ng, a real Slurm job) runs on that machine beside every lab node's jobs")
 _add(Experiment(
@@ -191,6 +211,7 @@ _add(Experiment(
     lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
     simulated=(_NUMA_LOAD + "; the lab machine has one NUMA node, so no memory is remote",),
     params={"seconds": 60, "workers": 1, "memory_percent": 10},
+    knobs=_NUMA_KNOBS,
 ))
 _add(Experiment(
     name="numa_memory_pressure", family="numa",
@@ -198,6 +219,7 @@ _add(Experiment(
     lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
     simulated=(_NUMA_LOAD + "; one NUMA node: the pressure is on the whole machine",),
     params={"seconds": 60, "workers": 1, "memory_percent": 50},
+    knobs=_NUMA_KNOBS,
 ))
 _add(Experiment(
     name="cpu_saturation", family="numa",
@@ -205,6 +227,7 @@ _add(Experiment(
     lab_backends=("slurm",), site_backends=("slurm",), detection=None, missing_alert_hint=_NUMA_HINT,
     simulated=(_NUMA_LOAD,),
     params={"seconds": 60, "workers": 1, "load_percent": 100},
+    knobs=_NUMA_KNOBS,
 ))
 
 
@@ -212,6 +235,35 @@ def get(name: Any) -> Experiment:
     if name not in EXPERIMENTS:
         raise FieldError("experiment", "unknown experiment %r; known: %s" % (name, ", ".join(sorted(EXPERIMENTS))))
     return EXPERIMENTS[name]
+
+
+# Knobs that name a file or a program on the node: only from the directories the site declares
+# (chaos_drill_allowed_dirs), never any absolute path (nccl_tests ran any executable).
+PATH_KNOBS = ("path", "output", "nccl_tests", "kubelet_config")
+_PCI_BUS = r"([0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
+
+
+def check_params(experiment: Experiment, given: Any, allowed_dirs: Sequence[str] = ()) -> Dict[str, Any]:
+    """The drill's own ``params`` against the experiment's schema, before anything is planned.
+
+    Unknown keys are refused by name; strings carry no control characters, numbers are finite;
+    a path or an executable lies under one of ``allowed_dirs``. The families check each knob's
+    value and range themselves when they plan."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise FieldError("params", "must be a mapping, got %s" % type(given).__name__)
+    for key in given:
+        if key not in experiment.knobs:
+            raise FieldError("params.%s" % key, "unknown parameter of %s; parameters: %s"
+                             % (experiment.name, ", ".join(experiment.knobs) or "none"))
+    check_plain(dict(given), "params")
+    for key in PATH_KNOBS:
+        if given.get(key) is not None:
+            check_path_under(given[key], "params." + key, allowed_dirs)
+    if given.get("pci_bus") is not None:
+        check_name(given["pci_bus"], "params.pci_bus", _PCI_BUS, "a PCI bus id such as 0000:3b:00.0")
+    return dict(given)
 
 
 def loop_expectations(experiment: Experiment, params: Mapping[str, Any]) -> Dict[str, Any]:

@@ -38,7 +38,7 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import file_restore, nccl_vars
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments, file_restore, nccl_vars
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 
@@ -46,7 +46,7 @@ BACKENDS = ("nccl_conf", "slurm_taskprolog", "pod_env")
 LAB_BACKEND, SITE_BACKEND = "slurm_taskprolog", "nccl_conf"
 SITE_PATHS = {"nccl_conf": "/etc/nccl.conf", "slurm_taskprolog": "/etc/gpufleet/nccl.env"}
 LAB_FILES = {"nccl_conf": "nccl.conf", "slurm_taskprolog": "nccl.env"}
-KNOBS = ("vars", "path", "nccl_tests", "nccl_tests_args", "measure")
+KNOBS = experiments.get("nccl_env").knobs
 NCCL_TESTS = "all_reduce_perf"
 NCCL_TESTS_ARGS = ["-b", "8M", "-e", "128M", "-f", "2", "-g", "1"]
 NCCL_TESTS_TIMEOUT = 300

@@ -36,14 +36,14 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf, experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
 FAMILY = "network"
 NET_DEGRADE = "net_degrade"
 EXPERIMENTS = (NET_DEGRADE,)
-PARAMS = ("interface", "delay_ms", "loss_percent", "rate_mbit", "observe", "measure_s")
+PARAMS = experiments.get("net_degrade").knobs
 DEFAULTS: Dict[str, Any] = {"observe": True, "measure_s": 1.5}
 # Our root qdisc's handle: revert deletes a root qdisc only when it carries it.
 HANDLE = "7a47:"

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -22,9 +23,7 @@ REMOTE, PRESSURE, CPU = "numa_remote_memory", "numa_memory_pressure", "cpu_satur
 EXPERIMENTS = (REMOTE, PRESSURE, CPU)
 VIAS = ("slurm", "process")
 POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-KNOBS = ("seconds", "workers", "load_percent", "memory_percent", "near_node", "far_node", "via", "output",
-         "topology_manager_policy", "topology_manager_scope", "allow_kubelet_change", "kubelet_config",
-         "kubelet_restart")
+KNOBS = experiments.get("cpu_saturation").knobs  # the same for the three NUMA and CPU experiments
 SCOPES = ("container", "pod")
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 KUBELET_RESTART = ("systemctl", "restart", "kubelet")

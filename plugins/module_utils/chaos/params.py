@@ -14,7 +14,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
     check_label_key,
     check_label_value,
+    check_name,
     check_node_name,
+    check_number,
     check_text,
 )
 
@@ -78,3 +80,24 @@ def fault_id(value: Any, label: bool = False) -> str:
     if not _FAULT_ID.fullmatch(text):
         raise FieldError("fault_id", "must be letters, digits, '.', '_' or '-', not %r" % (text,))
     return text
+
+
+def check_plain(value: Any, field: str, depth: int = 0) -> None:
+    """Data for the drill's extra variables: names for keys, strings without control characters,
+    finite numbers, nested no deeper than a few levels."""
+    if depth > 4:
+        raise FieldError(field, "is nested too deep")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_name(key, "%s key" % field, r"[A-Za-z_][A-Za-z0-9_]{0,63}", "a variable name")
+            check_plain(item, "%s.%s" % (field, key), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_plain(item, "%s[%d]" % (field, index), depth + 1)
+    elif isinstance(value, str):
+        check_text(value, field)
+    elif isinstance(value, float):
+        check_number(value, field)
+    elif value is not None and not isinstance(value, (bool, int)):
+        raise FieldError(field, "must be a string, a number, true/false, a list or a mapping")
+

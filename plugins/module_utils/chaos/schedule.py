@@ -17,7 +17,7 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_plain, check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
     check_name,
@@ -78,7 +78,7 @@ def check(drills: Any, backend: str, variable: str = "drill_schedule_drills") ->
         for key in ("params", "extra_vars"):
             if not isinstance(entry.get(key, {}), Mapping):
                 raise FieldError("%s.%s" % (where, key), "must be a mapping")
-            _plain(entry.get(key) or {}, "%s.%s" % (where, key))
+            check_plain(entry.get(key) or {}, "%s.%s" % (where, key))
         for key in ("dry_run", "enabled"):
             if not isinstance(entry.get(key, key == "enabled"), bool):
                 raise FieldError("%s.%s" % (where, key), "must be true or false")
@@ -89,26 +89,6 @@ def check(drills: Any, backend: str, variable: str = "drill_schedule_drills") ->
             "extra_vars": dict(entry.get("extra_vars") or {}),
         })
     return checked
-
-
-def _plain(value: Any, field: str, depth: int = 0) -> None:
-    """Data for the drill's extra variables: names for keys, strings without control characters,
-    finite numbers, nested no deeper than a few levels."""
-    if depth > 4:
-        raise FieldError(field, "is nested too deep")
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            check_name(key, "%s key" % field, r"[A-Za-z_][A-Za-z0-9_]{0,63}", "a variable name")
-            _plain(item, "%s.%s" % (field, key), depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _plain(item, "%s[%d]" % (field, index), depth + 1)
-    elif isinstance(value, str):
-        check_text(value, field)
-    elif isinstance(value, float):
-        check_number(value, field)
-    elif value is not None and not isinstance(value, (bool, int)):
-        raise FieldError(field, "must be a string, a number, true/false, a list or a mapping")
 
 
 def check_settings(user: Any = None, python: Any = None, directory: Any = None) -> None:

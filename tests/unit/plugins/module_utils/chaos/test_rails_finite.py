@@ -42,13 +42,6 @@ def test_a_blast_radius_percent_that_is_not_finite_is_refused(percent) -> None:
     assert bad.value.field == "blast_radius.max_percent"
 
 
-@pytest.fixture
-def bare_metal(tmp_path, monkeypatch):
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # the ledger is a file
-    return {"experiment": "gpu_thermal", "target": "n1", "duration": 60, "params": {},
-            "ledger_file": str(tmp_path / "ledger.json"), "allowed_nodes": ["n1"]}
-
-
 def _ledger(params):
     return ledger.FileStore(params["ledger_file"]).read()[0]
 
