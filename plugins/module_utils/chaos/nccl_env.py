@@ -163,9 +163,11 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         os.makedirs(directory, mode=0o755)
     previous = file_restore.state(path, with_content=True)
     previous["made_dir"] = made_dir
-    # First the record of what was there, then the change: a kill between the two leaves both.
-    file_restore.write_sidecar(sidecar, previous)
     content = nccl_vars.merge(file_restore.content(previous), params["vars"], export=backend == "slurm_taskprolog")
+    # First the record of what was there (and of what the drill writes, so that the rollback can
+    # tell its own bytes from someone else's), then the change: a kill between the two leaves both.
+    previous["written_sha256"] = hashlib.sha256(content).hexdigest()
+    file_restore.write_sidecar(sidecar, previous)
     if previous["existed"]:
         write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
     else:
@@ -192,18 +194,10 @@ def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     previous = undo.get("previous") or file_restore.read_sidecar(sidecar)
     if previous is None:
         return {"reverted": [], "already": True}  # killed before the sidecar: nothing was changed
-    now = file_restore.state(path)
-    if now["existed"] and undo.get("written_sha256") and now["sha256"] != undo["written_sha256"]:
-        reverted.append("note: %s changed during the drill (not by it); its pre-drill bytes are restored" % path)
-    if previous["existed"]:
-        content = file_restore.content(previous)
-        write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
-        same = file_restore.state(path)["sha256"] == previous["sha256"]
-        reverted.append("restored %s: %d bytes, sha256 %s%s" % (
-            path, len(content), previous["sha256"][:12], "" if same else " (MISMATCH after the write)"))
-    elif now["existed"]:
-        os.unlink(path)
-        reverted.append("removed %s (absent before the drill)" % path)
+    settled = file_restore.settle(path, previous, undo.get("written_sha256") or previous.get("written_sha256"),
+                                  undo.get("fault_id"))
+    if settled["action"] != "already":
+        reverted.append(settled["message"])
     file_restore.unlink(sidecar)
     if previous.get("made_dir"):
         try:

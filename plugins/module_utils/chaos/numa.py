@@ -239,12 +239,15 @@ def _restart_kubelet(argv: List[str]) -> str:
 def _inject_kubelet(load: Load, path: str, ctx: Mapping[str, Any]) -> Dict[str, Any]:
     sidecar = file_restore.sidecar_path(path, load.fault_id)
     record: Dict[str, Any] = {"path": path, "sidecar": sidecar, "restart": list(load.kubelet_restart),
+                              "fault_id": load.fault_id,
                               "policy": load.topology_manager_policy, "scope": load.topology_manager_scope}
     if ctx.get("check_mode"):
         return dict(record, ran=False)
     content = _edited(load, _kubelet_doc(path))
     previous = file_restore.state(path, with_content=True)
-    # First the record of what was there, then the change: a kill between the two leaves both.
+    # First the record of what was there (and of what the drill writes, so that the rollback can
+    # tell its own bytes from someone else's), then the change: a kill between the two leaves both.
+    previous["written_sha256"] = hashlib.sha256(content).hexdigest()
     file_restore.write_sidecar(sidecar, previous)
     write_atomic(path, content, previous["mode"], previous["uid"], previous["gid"])
     record.update(ran=True, previous=previous, written_sha256=hashlib.sha256(content).hexdigest())
@@ -269,6 +272,7 @@ def _kubelet_from_spec(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Optio
     path = os.path.normpath(str(path))
     restart = params.get("kubelet_restart") or list(numa_plan.KUBELET_RESTART)
     return {"path": path, "sidecar": file_restore.sidecar_path(path, undo.get("fault_id")), "restart": list(restart),
+            "fault_id": undo.get("fault_id"),
             "ran": True}
 
 
@@ -284,15 +288,12 @@ def _revert_kubelet(record: Mapping[str, Any], ctx: Mapping[str, Any]) -> List[s
     now = file_restore.state(path)
     if pending is None and now.get("sha256") == previous.get("sha256"):
         return []  # restored already (the sidecar goes last)
-    reverted: List[str] = []
-    if now.get("existed") and record.get("written_sha256") and now["sha256"] != record["written_sha256"]:
-        reverted.append("note: %s changed during the drill (not by it); its pre-drill bytes are restored" % path)
-    same = file_restore.restore(path, previous)
-    reverted.append("restored %s: %d bytes, sha256 %s%s" % (
-        path, previous.get("size", 0), str(previous.get("sha256", ""))[:12],
-        "" if same else " (MISMATCH after the write)"))
-    restart = record.get("restart") or list(numa_plan.KUBELET_RESTART)
-    reverted.append("restarted the kubelet: %s" % _restart_kubelet(restart))
+    settled = file_restore.settle(path, previous, record.get("written_sha256") or previous.get("written_sha256"),
+                                  record.get("fault_id"))
+    reverted: List[str] = [settled["message"]]
+    if settled["action"] != "already":
+        restart = record.get("restart") or list(numa_plan.KUBELET_RESTART)
+        reverted.append("restarted the kubelet: %s" % _restart_kubelet(restart))
     file_restore.unlink(sidecar)
     return reverted
 

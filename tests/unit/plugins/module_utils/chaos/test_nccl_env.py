@@ -204,13 +204,36 @@ def test_a_controller_killed_before_the_undo_was_recorded_is_reverted_from_the_s
     assert nccl_env.revert(dict(the_spec), ctx(tmp_path)) == {"reverted": [], "already": True}
 
 
-def test_a_change_made_by_someone_else_during_the_drill_is_noted_and_the_original_restored(tmp_path) -> None:
+def test_a_file_created_by_the_drill_and_changed_by_someone_else_is_kept(tmp_path) -> None:
     the_spec = spec(tmp_path)
     undo = nccl_env.inject(the_spec, ctx(tmp_path))
     path = Path(undo["path"])
     path.write_text("export NCCL_ALGO=Tree\n")
     done = nccl_env.revert(dict(the_spec, **undo), ctx(tmp_path))
-    assert not path.exists() and "changed during the drill" in done["reverted"][0]
+    # Issue 16, finding 4: the revert no longer deletes what someone wrote during the drill.
+    assert path.read_text() == "export NCCL_ALGO=Tree\n"
+    assert done["reverted"][0].startswith("CONFLICT: %s changed during the drill" % path)
+
+
+@pytest.mark.parametrize("killed_before_the_undo", [False, True])
+def test_a_file_changed_by_someone_else_is_kept_and_the_pre_drill_bytes_saved_beside_it(
+        tmp_path, killed_before_the_undo) -> None:
+    path = tmp_path / "nccl" / NODE / "nccl.env"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"export NCCL_DEBUG=INFO\n")
+    path.chmod(0o640)
+    the_spec = spec(tmp_path)
+    undo = nccl_env.inject(the_spec, ctx(tmp_path))
+    theirs = path.read_bytes() + b"export NCCL_SOCKET_IFNAME=ib0\n"
+    path.write_bytes(theirs)
+    done = nccl_env.revert(dict(the_spec) if killed_before_the_undo else dict(the_spec, **undo), ctx(tmp_path))
+    assert path.read_bytes() == theirs
+    kept = path.parent / ("nccl.env.gpufleet-pre-drill-%s" % the_spec["fault_id"])
+    assert kept.read_bytes() == b"export NCCL_DEBUG=INFO\n" and stat.S_IMODE(kept.stat().st_mode) == 0o640
+    assert "CONFLICT" in done["reverted"][0] and str(kept) in done["reverted"][0]
+    # The sidecar is gone: a second rollback finds nothing of its own to undo and changes nothing.
+    nccl_env.revert(dict(the_spec, **undo), ctx(tmp_path))
+    assert path.read_bytes() == theirs
 
 
 def test_bandwidth_is_measured_before_and_during_with_the_variables(tmp_path) -> None:
