@@ -12,7 +12,7 @@ module: remediation_progress
 short_description: Record a remediation phase as done, an intent, or the remediation's end
 version_added: 0.3.0
 description:
-  - Writes the progress of remediation O(remediation_id) of O(node) (ConfigMap C(gpufleet-remediation-<node>),
+  - Writes the progress of remediation O(remediation_id) of O(node) (ConfigMap C(gpufleet-remediation-node-<node>),
     mirrored in the node annotation C(gpufleet.io/remediation)) with compare-and-swap.
   - A phase already recorded is not recorded again, so a rerun after a crash changes nothing there.
   - O(intent) records what is about to be done before an action that must not repeat (the job ids about to be

@@ -15,7 +15,7 @@ description:
   - The first step of C(playbooks/remediate-node.yml). Reads the node's C(GpuHealthy) condition (written by the
     health agent), maps the fault's catalog action to a plan (the phases to run), applies escalation and the
     circuit breaker, and claims the node so that a second run for it does nothing.
-  - State lives in ConfigMaps of O(namespace) (progress C(gpufleet-remediation-<node>), breaker
+  - State lives in ConfigMaps of O(namespace) (progress C(gpufleet-remediation-node-<node>), breaker
     C(gpufleet-remediation-breaker), history C(gpufleet-remediation-history)), written with compare-and-swap,
     and is mirrored in the node annotation C(gpufleet.io/remediation).
   - An unfinished remediation of the node is resumed when its holder (the C(ansible-playbook) process that ran it)

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional
 from agent_probe import AgentProbe, wait_for
 from lab_harness import REPO, VENV_BIN, Lab, PlaybookResult
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import progress_name
+
 NAMESPACE = "gpufleet-system"
 POOL = "gpu-a"
 
@@ -165,7 +167,7 @@ class Fleet:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            cm = self.lab.kube().read_namespaced_config_map("gpufleet-remediation-%s" % node, NAMESPACE)
+            cm = self.lab.kube().read_namespaced_config_map(progress_name(node), NAMESPACE)
         except ApiException:
             return None
         return json.loads(cm.data["progress"])

@@ -155,7 +155,7 @@ def _remediations_under_way(kube: Any, params: Mapping[str, Any]) -> List[str]:
             continue
         progress = json.loads(raw)
         if not remediation_objects.finished(progress):
-            found.append("remediation %s of %s is under way" % (progress.get("id"), node))
+            found.append("remediation %s of %s is under way" % (progress.get("id"), progress.get("node") or node))
     return found
 
 

@@ -3,7 +3,7 @@
 """Where a remediation's state lives, and the decisions that need it: start (claim, plan,
 escalation, breaker), record a phase, finish, and reset the breaker.
 
-* **Progress**: ConfigMap ``gpufleet-remediation-<node>`` (key ``progress``), mirrored as the node
+* **Progress**: ConfigMap ``gpufleet-remediation-node-<node>`` (key ``progress``), mirrored as the node
   annotation ``gpufleet.io/remediation`` for people (``kubectl get node -o yaml``). The ConfigMap is
   the truth because replacement deletes the Node object, and a rerun after a crash in the last
   phases must still find what was done.
@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediati
     BREAKER_NAME,
     HISTORY_NAME,
     PROGRESS_KEY,
+    legacy_progress_name,
     progress_name,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import breaker as breaker_rules
@@ -82,7 +83,25 @@ class RemediationStore:
             raise api_error(exc, "list the GPU nodes (%s)" % self.policy.pool_selector) from exc
 
     def progress_store(self, node: str) -> ConfigMapStore:
-        return ConfigMapStore(self.core_v1, self.policy.namespace, progress_name(node))
+        store = ConfigMapStore(self.core_v1, self.policy.namespace, progress_name(node))
+        legacy_name = legacy_progress_name(node)
+        if legacy_name is None or store.read()[1] is not None:
+            return store
+        # A remediation started before 0.6.0 kept its progress under the old name: move it (check
+        # mode reads it there), so that an upgrade in the middle of a remediation loses nothing.
+        legacy = ConfigMapStore(self.core_v1, self.policy.namespace, legacy_name)
+        old, version = legacy.read()
+        try:
+            owner = json.loads(old[PROGRESS_KEY]).get("node") if PROGRESS_KEY in old else None
+        except (ValueError, AttributeError):
+            owner = None
+        if version is None or owner != node:  # "gpufleet-remediation-node-x" may be node x's new object
+            return store
+        if not self.write:
+            return legacy
+        store.update(lambda current: (current or dict(old), None))
+        legacy.delete()
+        return store
 
     def read_progress(self, node: str) -> Optional[Dict[str, Any]]:
         return self.progress_store(node).read_json(PROGRESS_KEY)
