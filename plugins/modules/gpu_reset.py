@@ -29,7 +29,7 @@ attributes:
     support: none
 options:
   node:
-    description: The node.
+    description: The node, a node name (RFC 1123); never a path or an option such as C(-oProxyCommand=...).
     type: str
     required: true
   gpu:
@@ -74,7 +74,7 @@ actions:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset import reset_lab_gpu
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset import reset_argv, reset_lab_gpu
 
 
 def main():
@@ -91,17 +91,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params["backend"] == "lab":
-        try:
-            result = reset_lab_gpu(params["lab_dir"], params["node"], params["gpu"], module.check_mode)
-        except GpufleetError as exc:
-            module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
-        module.exit_json(**result)
-    if not params["command"]:
-        module.fail_json(field="command",
-                         msg="command: is required with backend=command, e.g. [ssh, '{node}', nvidia-smi, -r]")
-    gpu = "0" if params["gpu"] is None else str(params["gpu"])
-    argv = [word.replace("{node}", params["node"]).replace("{gpu}", gpu) for word in params["command"]]
+    try:
+        if params["backend"] == "lab":
+            module.exit_json(**reset_lab_gpu(params["lab_dir"], params["node"], params["gpu"], module.check_mode))
+        argv = reset_argv(params["command"], params["node"], params["gpu"])
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     if module.check_mode:
         module.exit_json(changed=True, actions=["would run: %s" % " ".join(argv)])
     rc, out, err = module.run_command(argv, check_rc=False)

@@ -6,20 +6,44 @@ The fake GPUs' state goes back to healthy (the volatile ECC counters, a lost GPU
 events are cleared, as a reset clears them), and the node's health agent is told with SIGUSR1 to
 forget its XID history - otherwise the XID that caused the reset would keep the node fatal for
 the agent's whole window. The agent is found by its recorded PID (``<lab>/run``), never by name.
+
+``reset_argv`` is the other backend's argv (a site's ``ssh <node> nvidia-smi -r``): the node must be
+a node name before it fills ``{node}`` - an absolute path or ``-oProxyCommand=...`` would make ssh
+run something else entirely.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_node_name, check_text
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.process import is_alive, read_record
 
+MAX_GPU = 31
+
+
+def check_target(node: Any, gpu: Any) -> Optional[int]:
+    """The node and the GPU index, through the strict layer, before anything runs."""
+    check_node_name(node, "node")
+    return None if gpu is None else check_int(gpu, "gpu", 0, MAX_GPU)
+
+
+def reset_argv(command: Any, node: str, gpu: Any) -> List[str]:
+    """The site's reset command with ``{node}`` and ``{gpu}`` filled in (GPU 0 when none is given)."""
+    index = check_target(node, gpu)
+    if not isinstance(command, (list, tuple)) or not command:
+        raise FieldError("command", "is required with backend=command, e.g. [ssh, '{node}', nvidia-smi, -r]")
+    words = [check_text(word, "command[%d]" % i) for i, word in enumerate(command)]
+    number = "0" if index is None else str(index)
+    return [word.replace("{node}", node).replace("{gpu}", number) for word in words]
+
 
 def reset_lab_gpu(lab_dir: str, node: str, gpu: Any, check_mode: bool = False) -> Dict[str, Any]:
+    check_target(node, gpu)
     state_dir = os.path.join(lab_dir, "gpus", node)
     if not os.path.isdir(state_dir):
         raise FieldError("node", "%s has no simulated GPUs in %s" % (node, state_dir))
