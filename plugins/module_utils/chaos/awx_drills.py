@@ -17,7 +17,9 @@ import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_name, check_text
 
 DRILLS_FIELD = "awx_drills_drills"
 NOTIFICATIONS_FIELD = "awx_drills_notifications"
@@ -30,6 +32,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}")
 # SECONDLY and a COUNT of at most 999.
 _DTSTART = re.compile(r"DTSTART(?:;TZID=[A-Za-z0-9_+\-/]+:\d{8}T\d{6}|:\d{8}T\d{6}Z)")
 _FREQS = ("MINUTELY", "HOURLY", "DAILY", "WEEKLY", "MONTHLY", "YEARLY")
+_URL = re.compile(r"https?://[^/\s\x00-\x1f\x7f]+[^\s\x00-\x1f\x7f]{0,4000}")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -121,17 +124,23 @@ def survey_spec(drill: Mapping[str, Any], experiment_names: Sequence[str]) -> Di
 def _notification(index: int, item: Any, prefix: str) -> Dict[str, Any]:
     field = "%s[%d]" % (NOTIFICATIONS_FIELD, index)
     if not isinstance(item, Mapping):
-        raise FieldError(field, "must be a mapping with name and url, got %r" % (item,))
+        raise FieldError(field, "must be a mapping with name and url, got %s" % type(item).__name__)
     _unknown_keys(field, item, ("name", "url", "http_method", "headers", "disable_ssl_verification"))
-    url = _text(field + ".url", item.get("url"))
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise FieldError(field + ".url", "must be an http:// or https:// URL, got %r" % url)
+    # A webhook's URL and headers may carry its token: no message here ever repeats them.
+    url = item.get("url")
+    if not isinstance(url, str) or not _URL.fullmatch(url.strip()):
+        raise FieldError(field + ".url", "must be one http:// or https:// URL without spaces or control characters "
+                                         "(the value is a secret and not shown)")
+    url = url.strip()
     method = str(item.get("http_method", "POST")).upper()
     if method not in ("POST", "PUT"):
         raise FieldError(field + ".http_method", "must be POST or PUT, got %r" % item.get("http_method"))
     headers = item.get("headers", {"Content-Type": "application/json"})
     if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
         raise FieldError(field + ".headers", "must be a mapping of header names to strings")
+    for header, value in headers.items():
+        check_name(header, "%s.headers" % field, r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}", "header names (RFC 9110 tokens)")
+        check_text(value, "%s.headers.%s" % (field, header), 8192)  # its message never shows the value
     name = _name(field + ".name", item.get("name"))
     return {
         "key": name,
@@ -174,7 +183,7 @@ def _drill(index: int, item: Any, prefix: str, notifications: Mapping[str, str],
     drill = {
         "name": name,
         "experiment": experiment,
-        "target": _text(field + ".target", item.get("target")),
+        "target": check_target(item.get("target"), field + ".target"),
         "dry_run": _bool(field + ".dry_run", item.get("dry_run", False)),
         "rrule": check_rrule(field + ".rrule", item.get("rrule")),
         "enabled": _bool(field + ".enabled", item.get("enabled", True)),
