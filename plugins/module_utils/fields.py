@@ -174,6 +174,20 @@ def check_path(value: Any, field: str, root: Optional[str] = None, max_len: int 
     return text
 
 
+def check_file_path(value: Any, field: str) -> str:
+    """A path option as Ansible's ``type: path`` leaves it (relative allowed): one line, no control
+    characters, at most 4096 characters and 255 per component, so the OS never answers with a
+    traceback (ENAMETOOLONG, an embedded NUL)."""
+    text = check_text(value, field, MAX_TEXT, empty=False)
+    if any(len(part) > 255 for part in text.split("/")):
+        raise FieldError(field, "has a path component longer than 255 characters")
+    return text
+
+
+def optional_file_path(value: Any, field: str) -> Optional[str]:
+    return None if value is None else check_file_path(value, field)
+
+
 def check_path_under(value: Any, field: str, roots: Sequence[str]) -> str:
     """A path (as ``check_path``) under one of the declared ``roots``; no roots declared refuses every path."""
     text = check_path(value, field)

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """Writing a file so that a crash never leaves half of it: the one atomic writer of the reports,
 the chaos file restores (NCCL, kubelet config, their sidecars) and the variability records, and
-the one appender of whole lines (the remediation audit log, the agent's health journal).
+the one appender of whole lines (the remediation audit log).
 
 Small on purpose, with no imports of ours: modules that only need to write a file do not carry
 the report renderers into their payload.

@@ -199,6 +199,7 @@ nodes:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import node_info
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
@@ -220,6 +221,8 @@ def main():
         result = node_info(module_run_function(module), **module.params)
     except SlurmError as exc:
         module.fail_json(msg=str(exc), **exc.details())
+    except GpufleetError as exc:
+        module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     module.exit_json(changed=False, **result)
 
 

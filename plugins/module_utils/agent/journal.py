@@ -14,8 +14,6 @@ import json
 import os
 from typing import Any, Dict
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.files import append_line
-
 MODE = 0o640
 
 
@@ -25,4 +23,8 @@ def append(path: str, record: Dict[str, Any]) -> None:
     directory = os.path.dirname(path)
     if directory and not os.path.isdir(directory):
         os.makedirs(directory, mode=0o750, exist_ok=True)
-    append_line(path, line.encode("utf-8"), MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, MODE)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_file_path,
     check_node_name,
     check_node_names,
     check_number,
@@ -73,7 +74,7 @@ def _slurm(params: Mapping[str, Any]) -> Optional[SlurmClient]:
 
 def ledger_store(params: Mapping[str, Any], kube: Any = None) -> Any:
     if params.get("ledger_file"):
-        return ledger.FileStore(params["ledger_file"])
+        return ledger.FileStore(check_file_path(params["ledger_file"], "ledger_file"))
     kube = kube if kube is not None else _kube(params)
     if kube is None:
         raise FieldError("ledger_file", "without Kubernetes the chaos ledger needs a state file on the control host")
@@ -97,6 +98,19 @@ def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     return {"lab_dir": params.get("lab_dir"), "slurm_conf": params.get("slurm_conf"), "check_mode": check_mode,
             "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
             "namespace": params.get("chaos_namespace") or "gpufleet-chaos"}
+
+
+def check_drill(drill: Any, *keys: str) -> Mapping[str, Any]:
+    """The drill a module was handed (chaos_gate's RV(drill)); one that lacks what is needed fails
+    naming it, instead of a KeyError."""
+    if not isinstance(drill, Mapping):
+        raise FieldError("drill", "must be the drill chaos_gate returned, got %s" % type(drill).__name__)
+    missing = [key for key in keys if key not in drill]
+    if missing:
+        raise FieldError("drill", "is not a drill chaos_gate returned: it has no %s" % ", ".join(missing))
+    if not isinstance(drill.get("targets", []), list):
+        raise FieldError("drill.targets", "must be a list of node names")
+    return drill
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -317,7 +331,7 @@ def baseline(params: Mapping[str, Any], drill: Mapping[str, Any]) -> Dict[str, A
 def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     started = time.time() if now is None else now
-    drill = params["drill"]
+    drill = check_drill(params["drill"])
     verify = params.get("mode") == "verify"
     deadline = started + check_number(params.get("timeout") or 0, "timeout", minimum=0)
     while True:
@@ -344,7 +358,9 @@ def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
 
 # -- inject and roll back ------------------------------------------------------------------------
 def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
-    drill = params["drill"]
+    drill = check_drill(params["drill"], "id", "experiment", "family", "targets", "duration")
+    if drill["family"] not in FAMILIES:
+        raise FieldError("drill.family", "unknown family %r" % (drill["family"],))
     started = time.time() if now is None else now
     # The expiry the watchdog acts on: a NaN one never comes, so the fault would never be rolled back.
     duration = check_number(drill.get("duration"), "drill.duration", above=0)
@@ -523,7 +539,7 @@ def reinject_expiring(entry: Mapping[str, Any], last: Dict[str, float], now: flo
 
 def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
     started = time.time()
-    drill = params["drill"]
+    drill = check_drill(params["drill"], "targets", "expectations", "deadlines", "experiment")
     kube = _kube(params)
     probes = observe.Probes(params.get("prometheus_url"), params.get("alertmanager_url"), kube, _slurm(params),
                             params.get("namespace") or "gpufleet-system", _read_text)

@@ -8,6 +8,12 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    ApiException,
+    TransportError,
+    api_failure,
+    unreachable,
+)
 
 
 def common_argspec(**extra: Any) -> Dict[str, Any]:
@@ -26,7 +32,12 @@ def common_argspec(**extra: Any) -> Dict[str, Any]:
 
 def run_module(module: Any, call: Callable[[], Dict[str, Any]]) -> None:
     try:
-        result = call()
+        try:
+            result = call()
+        except ApiException as exc:  # a refusal the drill code did not expect: typed, never a traceback
+            raise api_failure(exc, "Kubernetes API") from exc
+        except TransportError as exc:
+            raise unreachable(exc, "Kubernetes API") from exc
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None),
                          refusals=getattr(exc, "refusals", None))

@@ -12,6 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
+    check_file_path,
+    check_number,
+    optional_file_path,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.kernel_log import parse_kernel_log
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     GpuInfo,
@@ -69,6 +75,10 @@ def keep_since(events: Iterable[XidEvent], since: Optional[float]) -> List[XidEv
 
 def gpu_facts(library_path: Optional[str] = None, snapshot: bool = True) -> Dict[str, Any]:
     """Inventory merged with the health snapshot of every GPU, as Ansible facts."""
+    try:
+        optional_file_path(library_path, "library_path")
+    except FieldError as exc:
+        raise HealthError(str(exc)) from exc
     with NvmlReader(library_path) as reader:
         gpus = reader.inventory()
         snapshots = reader.snapshot() if snapshot else []
@@ -178,8 +188,13 @@ def judge_node(
     """The gpu_health module's work: check the inputs, sense the node, return the verdict as a dict."""
     if kernel_log is not None and not isinstance(kernel_log, (str, list)):
         raise HealthError("kernel_log: must be a list of lines or a file path, got %s" % type(kernel_log).__name__)
-    if wait_for_xid < 0:
-        raise HealthError("wait_for_xid: must be 0 or more seconds")
+    try:
+        if isinstance(kernel_log, str):
+            check_file_path(kernel_log, "kernel_log")
+        optional_file_path(library_path, "library_path")
+        wait_for_xid = check_number(wait_for_xid, "wait_for_xid", minimum=0)
+    except FieldError as exc:
+        raise HealthError(str(exc)) from exc
     if wait_for_xid > 0 and not use_nvml:
         raise HealthError("wait_for_xid: needs nvml=true (XID events come from NVML)")
     if driver_version is not None:

@@ -44,6 +44,8 @@ def reset_argv(command: Any, node: str, gpu: Any) -> List[str]:
 
 def reset_lab_gpu(lab_dir: str, node: str, gpu: Any, check_mode: bool = False) -> Dict[str, Any]:
     check_target(node, gpu)
+    if not isinstance(lab_dir, str) or not lab_dir:
+        raise FieldError("lab_dir", "is required with backend=lab: the lab directory (gpufleet_lab_dir)")
     state_dir = os.path.join(lab_dir, "gpus", node)
     if not os.path.isdir(state_dir):
         raise FieldError("node", "%s has no simulated GPUs in %s" % (node, state_dir))

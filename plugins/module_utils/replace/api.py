@@ -104,6 +104,7 @@ def check_request(request: ReplaceRequest) -> None:
             raise FieldError("spare", "is for provider lab only; provider %s finds its own capacity" % request.provider)
     if request.provider == "lab" and not request.lab_dir:
         raise FieldError("lab_dir", "is required with provider lab")
+
     if request.provider == "command" and not request.command:
         raise FieldError("command", "is required with provider command")
     if request.provider != "command" and request.command:
@@ -125,6 +126,8 @@ def replace_node(request: ReplaceRequest, run: RunFunction, check_mode: bool = F
 
 def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> ReplaceResult:
     lab_dir = request.lab_dir or ""
+    if not os.path.isdir(lab_dir):
+        raise FieldError("lab_dir", "%s is not a directory (the lab's, gpufleet_lab_dir)" % lab_dir)
     recipes = load_recipes(lab_dir)
     if not recipes:
         raise FieldError("lab_dir", "%s has no node recipes (%s/recipes/<pool>/*.json): bring the lab up with "

@@ -225,6 +225,8 @@ def node_info(run: RunFunction, nodes: Optional[Sequence[str]] = None, future: b
               slurm_conf: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT,
               bin_dir: Optional[str] = None) -> Dict[str, Any]:
     """What the slurm_node_info module returns: the nodes as dicts, and the Slurm version."""
+    for index, node in enumerate(nodes or []):
+        check_node(node, "nodes[%d]" % index)
     client = SlurmClient(SlurmRunner(run=run, slurm_conf=slurm_conf, timeout=timeout, bin_dir=bin_dir))
     found = client.nodes(names=nodes, future=future)
     return dict(nodes=[node.as_dict() for node in found.values()], slurm_version=str(client.version()))
