@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import (
@@ -321,9 +322,9 @@ def _int(params: Mapping[str, Any], name: str, low: float, high: Optional[float]
 
 def _seconds(params: Mapping[str, Any], name: str) -> float:
     value = params.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FieldError("params.%s" % name, "must be a positive number of seconds, not %r" % (value,))
-    return float(value)
+    return check_number(value, "params." + name, above=0)  # NaN passed "<= 0": a wait that never ended
 
 
 def _bool(params: Mapping[str, Any], name: str) -> bool:

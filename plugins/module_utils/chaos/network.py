@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -59,8 +60,8 @@ def _number(params: Mapping[str, Any], name: str, low: float, high: float, low_o
     value = params.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value > high or value < low \
-            or (low_open and value == low):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value > high \
+            or value < low or (low_open and value == low):
         raise FieldError("params.%s" % name, "must be a number %s %g and <= %g, not %r" % (
             ">" if low_open else ">=", low, high, value))
     return float(value)

@@ -12,6 +12,7 @@ worse news than a slow one.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -44,8 +45,8 @@ def compare(docs: Sequence[Mapping[str, Any]], experiment: str, last: int = 5,
     """{drills, regressed, why, figures}: figures is None when there was not enough to compare."""
     if not isinstance(last, int) or isinstance(last, bool) or last < 2:
         raise FieldError("last", "must be an integer of at least 2 (the newest drill and one to compare with)")
-    if document.number(tolerance) is None or tolerance < 0:
-        raise FieldError("tolerance", "must be a number of at least 0 (0.2 means 20 %)")
+    if document.number(tolerance) is None or not math.isfinite(tolerance) or tolerance < 0:
+        raise FieldError("tolerance", "must be a finite number of at least 0 (0.2 means 20 %)")
     rows = window(docs, experiment, last)
     timed = [item for item in rows if item["time_to_recover_s"] is not None]
     if len(timed) < 2:

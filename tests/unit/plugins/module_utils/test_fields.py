@@ -125,3 +125,19 @@ def test_no_validator_in_plugins_anchors_a_match_with_a_dollar() -> None:
             if re.search(r"\b%s\.match\(" % re.escape(pattern), text):
                 offenders.append("%s: %s.match" % (path.relative_to(PLUGINS), pattern))
     assert not offenders, offenders
+
+
+def test_the_family_number_checks_refuse_nan_too() -> None:
+    """Checks written as "value <= 0" or "value > high" let NaN through: each family's own numbers."""
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint, network
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.report import history
+
+    with pytest.raises(FieldError) as seconds:
+        checkpoint._seconds({"timeout_s": float("nan")}, "timeout_s")
+    assert seconds.value.field == "params.timeout_s"
+    with pytest.raises(FieldError) as rate:
+        network._number({"rate_mbit": float("nan")}, "rate_mbit", 0, 100000, low_open=True)
+    assert rate.value.field == "params.rate_mbit"
+    with pytest.raises(FieldError) as tolerance:
+        history.compare([], "gpu_xid", 5, float("nan"))
+    assert tolerance.value.field == "tolerance"
