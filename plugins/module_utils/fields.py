@@ -81,6 +81,7 @@ MAX_TEXT = 4096
 _NODE_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # C0 and C1 controls, DEL, and the Unicode line and paragraph separators (a line break to many readers).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_IN_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def check_node_name(value: Any, field: str = "name") -> str:
@@ -136,15 +137,18 @@ def optional_number(value: Any, field: str, **bounds: Optional[float]) -> Option
     return None if value is None else check_number(value, field, **bounds)
 
 
-def check_text(value: Any, field: str, max_len: int = MAX_TEXT, empty: bool = True) -> str:
-    """A free string (a reason, a message): no control characters (no newline, no NUL), at most ``max_len``."""
+def check_text(value: Any, field: str, max_len: int = MAX_TEXT, empty: bool = True, lines: bool = False) -> str:
+    """A free string (a reason, a message): no control characters (no newline, no NUL), at most ``max_len``.
+
+    ``lines``: a message body that is only ever sent as data (JSON), never written into a line of
+    a file or a command: newlines and tabs are allowed there, other control characters are not."""
     if not isinstance(value, str):
         raise FieldError(field, "must be a string, got %s" % type(value).__name__)
     if not value and not empty:
         raise FieldError(field, "must not be empty")
     if len(value) > max_len:
         raise FieldError(field, "must be at most %d characters, got %d" % (max_len, len(value)))
-    bad = _CONTROL.search(value)
+    bad = (_CONTROL_IN_LINES if lines else _CONTROL).search(value)
     if bad:
         raise FieldError(field, "must be one line without control characters, found %r at %d"
                          % (bad.group(), bad.start()))

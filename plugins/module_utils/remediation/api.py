@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_name,
     check_node_name,
     check_node_names,
+    check_text,
     optional_number,
     optional_text,
 )
@@ -45,9 +46,12 @@ def check_inputs(params: Mapping[str, Any]) -> None:
                    "'.', '_', '-'), such as r-20261130T101500-gpu-a-003-1f2e3d")
     for name in ("lease", "alert_lasts", "timeout"):
         optional_number(params.get(name), name, above=0)
-    for name in ("namespace", "pool_selector", "text", "event_reason", "error", "stop", "phase",
+    for name in ("namespace", "pool_selector", "event_reason", "stop", "phase",
                  "alertmanager_url", "webhook_url", "kubeconfig", "context", "audit_log"):
         optional_text(params.get(name), name)
+    for name in ("text", "error"):  # message bodies, sent as JSON: a failed task's message has newlines
+        if params.get(name) is not None:
+            check_text(params[name], name, lines=True)
 
 
 def policy_from(params: Mapping[str, Any]) -> Policy:

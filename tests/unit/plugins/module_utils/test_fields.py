@@ -141,3 +141,11 @@ def test_the_family_number_checks_refuse_nan_too() -> None:
     with pytest.raises(FieldError) as tolerance:
         history.compare([], "gpu_xid", 5, float("nan"))
     assert tolerance.value.field == "tolerance"
+
+
+def test_a_message_body_may_have_lines_but_no_other_control_characters() -> None:
+    assert fields.check_text("scontrol failed:\r\n  Invalid node\tname", "error", lines=True)
+    with pytest.raises(FieldError, match="control characters"):
+        fields.check_text("a\x00b", "error", lines=True)
+    with pytest.raises(FieldError, match="control characters"):
+        fields.check_text("a\x1b[2Jb", "error", lines=True)
