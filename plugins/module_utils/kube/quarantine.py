@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_label_key,
     check_label_value,
     check_node_name,
+    check_text,
     optional_text,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import (
@@ -177,7 +178,8 @@ def check_spec(name: str, state: str, want: QuarantineSpec) -> None:
         raise FieldError("state", "must be present or absent, got %r" % (state,))
     check_label_key(want.taint_key, "taint_key")
     check_label_value(want.taint_value, "taint_value")
-    optional_text(want.reason, "reason")
+    if want.reason is not None:
+        check_text(want.reason, "reason", lines=True)  # kept as JSON in an annotation
     optional_text(want.remediation_id, "remediation_id", 128)
     if want.taint_effect not in TAINT_EFFECTS:
         raise FieldError("taint_effect", "must be one of %s, got %r" % (", ".join(TAINT_EFFECTS), want.taint_effect))
