@@ -100,4 +100,3 @@ def check_plain(value: Any, field: str, depth: int = 0) -> None:
         check_number(value, field)
     elif value is not None and not isinstance(value, (bool, int)):
         raise FieldError(field, "must be a string, a number, true/false, a list or a mapping")
-
