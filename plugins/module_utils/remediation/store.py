@@ -100,7 +100,9 @@ class RemediationStore:
         if not self.write:
             return legacy
         store.update(lambda current: (current or dict(old), None))
-        legacy.delete()
+        # Emptied, not deleted: the remediation's identity may update ConfigMaps but never delete
+        # them (docs/security.md), and an empty one is nobody's progress.
+        legacy.update(lambda _data: ({}, None))
         return store
 
     def read_progress(self, node: str) -> Optional[Dict[str, Any]]:

@@ -101,7 +101,9 @@ def test_progress_under_the_old_name_is_moved_not_lost(configmaps) -> None:
     assert set(configmaps.maps) == {"gpufleet-remediation-gpu-a-001"}
     live = RemediationStore(None, Policy(), write=True)
     assert live.read_progress("gpu-a-001")["id"] == "r-1-gpu-a-001"
-    assert set(configmaps.maps) == {objects.progress_name("gpu-a-001")}
+    assert configmaps.maps[objects.progress_name("gpu-a-001")] == progress("gpu-a-001")
+    assert configmaps.maps["gpufleet-remediation-gpu-a-001"] == {}  # emptied: the identity may not delete
+    assert live.read_progress("gpu-a-001")["id"] == "r-1-gpu-a-001"
 
 
 def test_an_old_name_that_is_another_nodes_new_object_is_not_taken(configmaps) -> None:
