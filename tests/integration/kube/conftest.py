@@ -56,7 +56,6 @@ def identity_lab() -> IdentityLab:
     if up.rc != 0:
         the_lab.run(down_book, {})
         pytest.fail("the identity lab did not come up:\n" + up.output[-6000:])
-    the_lab.up = up
     yield the_lab
     down = the_lab.run(down_book, {})
     left = lab_processes(IDENTITY_LAB_DIR)
