@@ -34,8 +34,8 @@ IDENTITY_LAB_VARS: Dict[str, Any] = {
 @dataclass
 class IdentityLab(Lab):
     def kubeconfig_of(self, who: str) -> Path:
-        """remediation or drill (the kubernetes role's), or a node's agent (the health_agent role's)."""
-        if who in ("remediation", "drill"):
+        """remediation, drill or self-healing (the kubernetes role's), or a node's agent (the health_agent role's)."""
+        if who in ("remediation", "drill", "self-healing"):
             return self.lab_dir / "kube" / ("%s.kubeconfig" % who)
         return self.lab_dir / "agent" / ("%s.kubeconfig" % who)
 

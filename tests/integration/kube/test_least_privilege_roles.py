@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -51,6 +51,12 @@ DRILL_MAY = [
     ("get", "configmaps", "", STATE_NAMESPACE), ("list", "configmaps", "", STATE_NAMESPACE),
     ("create", "configmaps", "", STATE_NAMESPACE), ("update", "configmaps", "", STATE_NAMESPACE),
     ("create", "pods", "", CHAOS_NAMESPACE), ("delete", "pods", "", CHAOS_NAMESPACE),
+]
+SELF_HEALING_MAY = [("list", "nodes", "", ""), ("watch", "nodes", "", "")]
+SELF_HEALING_MAY_NOT = [
+    ("get", "secrets", "", STATE_NAMESPACE), ("patch", "nodes", "", ""), ("patch", "nodes", "status", ""),
+    ("delete", "nodes", "", ""), ("list", "pods", "", ""), ("create", "pods", "eviction", "default"),
+    ("get", "configmaps", "", STATE_NAMESPACE), ("create", "events", "", "default"),
 ]
 DRILL_MAY_NOT = [
     ("patch", "nodes", "", ""), ("delete", "nodes", "", ""), ("patch", "nodes", "status", ""),
@@ -108,7 +114,7 @@ def gpu_node(identity_lab, admin):
             raise
 
 
-@pytest.mark.parametrize("who", ["remediation", "drill"])
+@pytest.mark.parametrize("who", ["remediation", "drill", "self-healing"])
 def test_the_lab_writes_a_private_kubeconfig_per_identity(identity_lab, who):
     kubeconfig = identity_lab.kubeconfig_of(who)
     assert kubeconfig.stat().st_mode & 0o777 == 0o600
@@ -122,6 +128,7 @@ def test_the_lab_writes_a_private_kubeconfig_per_identity(identity_lab, who):
 @pytest.mark.parametrize("who, may, may_not", [
     ("remediation", REMEDIATION_MAY, REMEDIATION_MAY_NOT),
     ("drill", DRILL_MAY, DRILL_MAY_NOT),
+    ("self-healing", SELF_HEALING_MAY, SELF_HEALING_MAY_NOT),
 ])
 def test_each_identity_may_do_only_what_it_needs(identity_lab, who, may, may_not):
     api = api_of(identity_lab, who)
@@ -169,6 +176,19 @@ def test_the_remediation_modules_run_with_its_identity(identity_lab, admin, gpu_
         "default", field_selector="involvedObject.name=%s" % gpu_node).items}
     assert {"GpuRemediationStarted", "GpuRemediationFinished"} <= reasons, reasons
     assert json.loads(audit.read_text().splitlines()[-1])["id"] == result["id"]
+
+
+def test_the_self_healing_identity_lists_and_watches_nodes(identity_lab, gpu_node):
+    """What the rulebook's node_condition source does: a list, then a watch from its resourceVersion."""
+    core = client.CoreV1Api(api_of(identity_lab, "self-healing"))
+    listed = core.list_node()
+    assert gpu_node in [n.metadata.name for n in listed.items]
+    stream = watch.Watch().stream(core.list_node, resource_version=listed.metadata.resource_version,
+                                  timeout_seconds=1)
+    list(stream)  # a 403 would raise here
+    with pytest.raises(ApiException) as caught:
+        core.patch_node(gpu_node, {"metadata": {"labels": {"forged": "x"}}})
+    assert caught.value.status == 403
 
 
 def test_the_drill_modules_run_with_its_identity(identity_lab, admin, gpu_node, tmp_path):
