@@ -20,6 +20,12 @@ description:
   - GPU faults (XID, ECC, retired pages, row remapping, thermal, power, NVLink, fallen off the bus) go through the
     V(nvml_sim) (lab), V(kmsg) and V(dcgm) backends; GPU burn and checkpoint chaos have their own
     (docs/chaos.md). Every backend is refused before any change when the site lacks what it needs.
+  - "Since 0.6.0: on a real site (no O(lab_dir)) a fault that acts on the node's own host (the kmsg and dcgm backends,
+    NCCL files, traffic control, a mount, a process) is injected only where the module runs on the target node: the
+    target's name must be this host's name (short or FQDN) or O(node_name); otherwise it fails naming C(target),
+    with nothing injected. The ledger records the host each fault was injected on, and a rollback that runs on
+    another host refuses that fault (it stays in the ledger) naming the host to run it on. Delegate the module to
+    the node (the chaos_drill role does: C(chaos_drill_fault_host))."
   - "Since 0.5.0: NCCL variables (V(slurm_taskprolog), V(nccl_conf); restored byte for byte), traffic control on a
     fabric interface or the lab's own veth path (tbf rate, nftables loss, netem delay where the kernel has it; a knob
     the kernel cannot apply is listed as not injected) with bpftrace counts, and NUMA and CPU loads (stress-ng with
@@ -46,6 +52,24 @@ options:
   drill_id:
     description: With O(state=absent), the drill whose faults to roll back, instead of O(drill).
     type: str
+  fault_id:
+    description:
+      - With O(state=absent), only this fault of the ledger (the kill switch rolls each fault back on its own host).
+    type: str
+    version_added: 0.6.0
+  nodes:
+    description:
+      - With O(state=present), inject only on these targets of the drill (the ones whose host this is).
+      - Default every target.
+    type: list
+    elements: str
+    version_added: 0.6.0
+  node_name:
+    description:
+      - The target node this host is, when its host name is not the node's name (for example a Kubernetes node
+        named otherwise than the host). Without it the target must be this host's short or fully qualified name.
+    type: str
+    version_added: 0.6.0
   duration:
     description: Seconds until the fault expires; defaults to the drill's duration.
     type: float
@@ -65,6 +89,13 @@ EXAMPLES = r"""
     drill: "{{ gate.drill }}"
     state: present
 
+- name: Inject on the node itself (a fault that acts on its host)
+  gpufleet.resilience.chaos_fault:
+    drill: "{{ gate.drill }}"
+    nodes: [gpu-a-003]
+    state: present
+  delegate_to: gpu-a-003
+
 - name: Roll back, always
   gpufleet.resilience.chaos_fault:
     drill_id: "{{ gate.drill.id }}"
@@ -74,7 +105,9 @@ EXAMPLES = r"""
 RETURN = r"""
 faults:
   description:
-    - Each fault (id, node, injected_at, expires_at, undo), or each rollback (id, rollback done|failed, actions).
+    - Each fault (id, node, host, injected_at, expires_at, undo), or each rollback (id, node, host,
+      rollback done|failed|refused, actions; error when not done). V(refused) - the fault acts on the host recorded
+      in its C(host) and this is another one; nothing was reverted, it stays in the ledger.
   type: list
   elements: dict
   returned: always
@@ -102,10 +135,13 @@ def main():
             drill_id=dict(type="str"),
             duration=dict(type="float"),
             how=dict(type="str", default="drill"),
+            fault_id=dict(type="str"),
+            nodes=dict(type="list", elements="str"),
+            node_name=dict(type="str"),
             chaos_namespace=dict(type="str", default="gpufleet-chaos"),
         ),
         required_if=[("state", "present", ["drill"])],
-        required_one_of=[("drill", "drill_id")],
+        required_one_of=[("drill", "drill_id", "fault_id")],
         supports_check_mode=True,
     )
     if module.params["state"] == "present":

@@ -20,6 +20,10 @@ description:
     drill's faults are gone. Run that as an C(async) task with C(poll=0) - it is the watchdog that rolls back even
     if nobody comes back.
   - O(state=finished) removes an ended drill from the active drills.
+  - "Since 0.6.0: a fault that acts on the node's own host is rolled back only on the host the ledger recorded at its
+    injection. Elsewhere O(state=stopped) lists it in RV(rolled_back) as V(refused), naming that host, and leaves it
+    in the ledger (C(playbooks/chaos-stop.yml) then rolls it back there); O(state=expired) leaves it to the watchdog
+    on its own host. Lab faults and faults that act only through an API are rolled back anywhere."
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -75,7 +79,8 @@ drills:
   elements: dict
   returned: always
 rolled_back:
-  description: What this call rolled back (id, node, rollback done|failed, actions).
+  description:
+    - What this call rolled back (id, node, host, rollback done|failed|refused, actions; error when not done).
   type: list
   elements: dict
   returned: when state is stopped or expired

@@ -94,6 +94,52 @@ def _holder() -> str:
     return "%s@%s pid %d" % (user, socket.gethostname(), os.getpid())
 
 
+# -- where a fault runs (docs/chaos.md "Where a fault runs") ---------------------------------------
+def this_host() -> str:
+    """The name the ledger records for the host a fault was injected on."""
+    return socket.gethostname()
+
+
+def _names_of_this_host() -> List[str]:
+    names = {socket.gethostname(), socket.getfqdn()}
+    names |= {name.split(".")[0] for name in names}
+    return sorted(n for n in names if n)
+
+
+def _is_this_host(name: Any, node_name: Optional[str] = None) -> bool:
+    if not isinstance(name, str) or not name:
+        return False
+    if node_name:  # the site's own word for which node this host is (chaos_drill_node_name)
+        return name == node_name
+    names = _names_of_this_host()
+    return name in names or name.split(".")[0] in names
+
+
+def check_on_target(experiment: Any, spec: Mapping[str, Any], node_name: Optional[str] = None) -> None:
+    """A fault that changes the node's own host is injected only on that host: on a real site a
+    drill whose module runs on the controller (or any other host) would change a host that never
+    opted in, while the gate checked the target's label. The lab's nodes all live on one machine,
+    under the lab directory: there the fault runs where the lab is."""
+    if spec.get("lab_dir") or not experiments.acts_on_host(experiment, spec.get("params") or {}):
+        return
+    if _is_this_host(spec["node"], node_name):
+        return
+    here = ("node_name %s" % node_name) if node_name else "host %s" % " / ".join(_names_of_this_host())
+    raise FieldError("target", "%s acts on the node's own host, and this module runs on %s, not on %s: run it "
+                     "there (the role delegates it to chaos_drill_fault_host; chaos_drill_node_name names the "
+                     "node a host is); nothing was injected" % (experiment.name, here, spec["node"]))
+
+
+def revert_here(entry: Mapping[str, Any]) -> bool:
+    """Whether this host may revert a ledger entry: a fault that acted on a host is reverted on the
+    host recorded at injection (its files, qdiscs and processes are there); an API fault, a lab
+    fault or an entry from before hosts were recorded anywhere."""
+    spec = entry.get("spec") or {}
+    if spec.get("lab_dir") or not entry.get("on_host") or not entry.get("host"):
+        return True
+    return _is_this_host(entry["host"])
+
+
 def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     return {"lab_dir": params.get("lab_dir"), "slurm_conf": params.get("slurm_conf"), "check_mode": check_mode,
             "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
@@ -231,6 +277,8 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         "id": drill_id, "experiment": experiment.name, "family": experiment.family, "summary": experiment.summary,
         "params": resolved, "backend": params.get("backend") or "default",
         "targets": [t["name"] for t in targets], "dry_run": bool(check_mode), "lab": bool(params.get("lab_dir")),
+        # The role runs such a fault on the target's own host (chaos_drill_fault_host).
+        "on_host": experiments.acts_on_host(experiment, resolved),
         "simulated": simulated, "missing": missing, "not_injected": not_injected, "started_at": now,
         "duration": float(params["duration"]),
         "expires_at": now + float(params["duration"]), "holder": _holder(),
@@ -371,19 +419,35 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
     store = ledger_store(params)
     ctx = _ctx(params, check_mode)
     family = FAMILIES[drill["family"]]
+    experiment = experiments.get(drill["experiment"])
+    nodes = list(drill["targets"])
+    if params.get("nodes"):
+        unknown = [n for n in params["nodes"] if n not in nodes]
+        if unknown:
+            raise FieldError("nodes", "not targets of drill %s: %s" % (drill["id"], ", ".join(map(str, unknown))))
+        nodes = [n for n in nodes if n in params["nodes"]]
+    node_name = params.get("node_name") or None
+    if node_name is not None:
+        check_node_name(node_name, "node_name")
+    specs = {node: _spec(drill, node, "f-%s-%s" % (drill["id"][2:], node), params.get("lab_dir")) for node in nodes}
+    for node in nodes:  # every target first: a refusal leaves nothing injected, nothing in the ledger
+        check_on_target(experiment, specs[node], node_name)
+    on_host = experiments.acts_on_host(experiment, drill.get("params") or {})
     injected = []
     if ledger.kill_switch(_read(store)).get("on"):
         raise DrillRefused([{"field": "kill_switch", "why": "the chaos kill switch went on; nothing injected"}])
-    for node in drill["targets"]:
-        fault_id = "f-%s-%s" % (drill["id"][2:], node)
-        spec = _spec(drill, node, fault_id, params.get("lab_dir"))
+    for node in nodes:
+        spec = specs[node]
+        fault_id = spec["fault_id"]
         if check_mode:
             injected.append({"id": fault_id, "node": node, "plan": family.plan(spec)})
             continue
         at = time.time()
         entry = {"id": fault_id, "drill": drill["id"], "experiment": drill["experiment"], "family": drill["family"],
                  "node": node, "backend": drill.get("backend") or "default", "spec": spec,
-                 "expires_at": at + duration, "holder": _holder()}
+                 "expires_at": at + duration, "holder": _holder(),
+                 # Where it was injected: its rollback acts there (revert_here).
+                 "host": this_host(), "on_host": on_host}
         store.update(lambda d, e=entry: (ledger.add_fault(d, e), None))
         try:
             undo = family.inject(spec, ctx)
@@ -393,9 +457,9 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
             raise
         store.update(lambda d, i=fault_id, u=undo, t=at: (ledger.activate(d, i, u, t), None))
         injected.append({"id": fault_id, "node": node, "injected_at": at, "expires_at": entry["expires_at"],
-                         "undo": undo})
+                         "undo": undo, "host": entry["host"]})
     injected_at = min([f["injected_at"] for f in injected if "injected_at" in f] or [started])
-    summary = [{k: f.get(k) for k in ("id", "node", "injected_at", "expires_at")} for f in injected]
+    summary = [{k: f.get(k) for k in ("id", "node", "host", "injected_at", "expires_at")} for f in injected]
     phase = {"phase": "inject", "started_at": started, "finished_at": time.time(), "ok": True,
              "detail": {"faults": summary}}
     return {"changed": not check_mode, "faults": injected, "injected_at": injected_at, "phase": phase}
@@ -403,7 +467,7 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
 
 def _fault_row(entry: Mapping[str, Any], **outcome: Any) -> Dict[str, Any]:
     row = {"id": entry["id"], "node": entry.get("node"), "backend": entry.get("backend"),
-           "injected_at": entry.get("injected_at")}
+           "injected_at": entry.get("injected_at"), "host": entry.get("host")}
     row.update(outcome)
     return row
 
@@ -413,6 +477,14 @@ def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], h
     family = FAMILIES.get(entry.get("family") or "")
     undo = dict(entry.get("spec") or {})
     undo.update(entry.get("undo") or {})
+    if not revert_here(entry):
+        # Its files, qdiscs or processes are on another host: reverting here would touch this
+        # host's own files. It stays in the ledger, as it was, for a rollback there.
+        return _fault_row(entry, rolled_back_at=None, rollback="refused", actions=[],
+                          error="fault %s was injected on host %s and acts on that host: roll it back there "
+                                "(delegate to %s, or playbooks/chaos-stop.yml with %s in the inventory); this is "
+                                "%s, nothing was reverted here" % (entry["id"], entry["host"], entry["host"],
+                                                                   entry["host"], this_host()))
     if ctx.get("check_mode"):
         return _fault_row(entry, rolled_back_at=None, rollback="planned", actions=["(check mode)"])
     try:
@@ -441,12 +513,16 @@ def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     store = ledger_store(params)
     data = _read(store)
     drill_id = (params.get("drill") or {}).get("id") or params.get("drill_id")
-    entries = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
+    fault_id = params.get("fault_id")
+    entries = [f for f in ledger.faults(data).values() if (drill_id is None or f.get("drill") == drill_id)
+               and (fault_id is None or f.get("id") == fault_id)]
     results = rollback_entries(store, entries, _ctx(params, check_mode), params.get("how") or "drill")
     # Faults of this drill that something else (the watchdog) already rolled back.
     for done in ledger.history(_read(store)):
-        if drill_id and done.get("drill") == drill_id and done["id"] not in {r["id"] for r in results}:
+        if drill_id and done.get("drill") == drill_id and done["id"] not in {r["id"] for r in results} \
+                and (fault_id is None or done["id"] == fault_id):
             results.append({"id": done["id"], "node": done.get("node"), "backend": done.get("backend"),
+                            "host": done.get("host"),
                             "injected_at": done.get("injected_at"), "rolled_back_at": done.get("rolled_back_at"),
                             "rollback": "done", "actions": done.get("reverted") or [],
                             "by": done.get("rolled_back_by")})
@@ -454,7 +530,9 @@ def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     phase = {"phase": "rollback", "started_at": started, "finished_at": time.time(), "ok": ok,
              "detail": {"faults": results, **({} if ok else {"error": "; ".join(
                  "%s: %s" % (r["id"], r.get("error")) for r in results if r["rollback"] != "done")})}}
-    return {"changed": bool(entries) and not check_mode, "faults": results, "ok": ok, "phase": phase}
+    # A fault refused here (it acts on another host) was not touched.
+    changed = not check_mode and any(r["rollback"] != "refused" for r in results[:len(entries)])
+    return {"changed": changed, "faults": results, "ok": ok, "phase": phase}
 
 
 # -- the ledger: kill switch, expiry watchdog, end of a drill ------------------------------------
@@ -506,7 +584,9 @@ def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wa
     while True:
         data = _read(store)
         now = time.time()
-        rolled += rollback_entries(store, ledger.expired(data, now, drill_id), ctx, "expiry")
+        # Only what this host may revert: a fault recorded on another host is its own watchdog's.
+        rolled += rollback_entries(store, [f for f in ledger.expired(data, now, drill_id) if revert_here(f)], ctx,
+                                   "expiry")
         data = _read(store)
         left = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
         drill = ledger.drills(data).get(drill_id or "")
@@ -516,7 +596,8 @@ def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wa
         if not wait or not (left or drill):
             return rolled
         for entry in left:
-            reinject_expiring(entry, reinjected, now)
+            if revert_here(entry):
+                reinject_expiring(entry, reinjected, now)
         expiries = [f.get("expires_at", now) for f in left]
         if drill:
             expiries.append(drill.get("expires_at", now))

@@ -61,6 +61,11 @@ class Experiment:
     # The knobs it takes (its schema): any other key of params is refused by name, so a typo
     # ("xidd: 79") fails instead of running the default fault.
     knobs: Tuple[str, ...] = ()
+    # On a real site the fault changes the target node's own host (a file such as nccl.conf or a
+    # TaskProlog drop-in, /dev/kmsg, dcgmi, tc/nftables, a mount, a process): it must run there,
+    # never on the controller, which did not opt in. False: it acts only through an API (Kubernetes,
+    # Slurm) and may run anywhere. See acts_on_host() for the knobs that move a fault onto the host.
+    on_host: bool = False
 
 
 def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
@@ -82,6 +87,7 @@ def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...],
                    "file), which the unmodified health agent reads through pynvml",),
         params=dict(params, gpu=0),
         knobs=knobs,
+        on_host=True,  # kmsg writes /dev/kmsg, dcgm runs dcgmi: both where the module runs
     )
 
 
@@ -162,6 +168,7 @@ _add(Experiment(
     detection=Detection("checkpoint_failed", "job_event", what="the job reported a failed checkpoint save"),
     simulated=("the checkpoint volume is the lab's size-limited tmpfs",), params={"leave_bytes": 65536},
     knobs=("path", "leave_bytes", "allow_shared_filesystem"),
+    on_host=True,
 ))
 _add(Experiment(
     name="checkpoint_storage", family="checkpoint",
@@ -172,6 +179,7 @@ _add(Experiment(
                "capability in the lab",),
     params={"mode": "cut"},
     knobs=("path", "mode", "rbps", "wbps", "cgroup", "job_id", "allow_shared_filesystem"),
+    on_host=True,
 ))
 _add(Experiment(
     name="nccl_env", family="nccl_env",
@@ -183,6 +191,7 @@ _add(Experiment(
     simulated=("no NCCL and no nccl-tests in the lab: the variables reach the jobs' environment, nothing uses them",),
     params={"vars": {"NCCL_IB_DISABLE": "1"}},
     knobs=("vars", "path", "nccl_tests", "nccl_tests_args", "measure"),
+    on_host=True,
 ))
 _add(Experiment(
     name="net_degrade", family="network",
@@ -195,6 +204,7 @@ _add(Experiment(
                "and the eBPF counts are real on that path",),
     params={"delay_ms": 50, "loss_percent": 5, "rate_mbit": 10},
     knobs=("interface", "delay_ms", "loss_percent", "rate_mbit", "observe", "measure_s"),
+    on_host=True,
 ))
 _NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"
               "seconds_total and node_pressure_memory_*, node_memory_numa_numa_miss_total / numa_foreign with "
@@ -291,6 +301,17 @@ def deadlines(overrides: Optional[Mapping[str, Any]]) -> Dict[str, float]:
             raise FieldError("deadlines.%s" % key, "unknown loop step; steps: %s" % ", ".join(LOOP_STEPS))
         merged[key] = check_number(value, "deadlines.%s" % key, above=0)
     return merged
+
+
+def acts_on_host(experiment: Experiment, params: Mapping[str, Any]) -> bool:
+    """Whether this run of ``experiment`` changes the target's own host (Experiment.on_host). A NUMA
+    load sent through Slurm acts through its API; started as a process (``via: process``) or with a
+    kubelet change (``topology_manager_policy``) it acts on the host."""
+    if experiment.on_host:
+        return True
+    if experiment.family == "numa":
+        return params.get("via") == "process" or bool(params.get("topology_manager_policy"))
+    return False
 
 
 def names() -> List[str]:

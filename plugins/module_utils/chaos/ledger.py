@@ -6,6 +6,8 @@ It lives where a killed controller cannot lose it: the ConfigMap gpufleet-system
 (changed by compare-and-swap, kube/configmap_store.py), or a JSON file on the control host for bare
 metal (changed under flock). A fault is written as ``injecting`` *before* the injection and as
 ``active`` with its undo after it, so a crash in between still leaves a record that rollback acts on.
+Each fault records the host it was injected on (``host``); a fault that acts on the node's own host
+(``on_host``) is rolled back only there (api.revert_here).
 Rolled-back faults move to ``history`` (the last HISTORY_KEEP), which also gives the
 rollback-completeness figure: faults injected against faults rolled back.
 
@@ -97,7 +99,8 @@ def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[L
     entry = current.pop(fault_id, None)
     if entry is None:
         return data
-    done = {k: entry.get(k) for k in ("id", "drill", "experiment", "node", "backend", "injected_at", "expires_at")}
+    done = {k: entry.get(k) for k in ("id", "drill", "experiment", "node", "backend", "host", "injected_at",
+                                    "expires_at")}
     done.update(rolled_back_at=now, rolled_back_by=how, reverted=list(reverted or []))
     updated = _put(data, "faults", current)
     return _put(updated, "history", [*history(data), done][-HISTORY_KEEP:])
