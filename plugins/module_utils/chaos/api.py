@@ -497,7 +497,8 @@ def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], h
         return _fault_row(entry, rolled_back_at=None, rollback="failed", error=error, actions=[])
     at = time.time()
     reverted = list(done.get("reverted") or [])
-    store.update(lambda data: (ledger.finish(data, entry["id"], how, at, reverted), None))
+    observed = done.get("observed") or None
+    store.update(lambda data: (ledger.finish(data, entry["id"], how, at, reverted, observed), None))
     # What the family saw while the fault was on (the network family's eBPF counts) goes in the report.
     seen = {"observed": done["observed"]} if done.get("observed") else {}
     return _fault_row(entry, rolled_back_at=at, rollback="done", actions=reverted, **seen)
@@ -525,7 +526,8 @@ def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
                             "host": done.get("host"),
                             "injected_at": done.get("injected_at"), "rolled_back_at": done.get("rolled_back_at"),
                             "rollback": "done", "actions": done.get("reverted") or [],
-                            "by": done.get("rolled_back_by")})
+                            "by": done.get("rolled_back_by"),
+                            **({"observed": done["observed"]} if done.get("observed") else {})})
     ok = all(r["rollback"] == "done" for r in results)
     phase = {"phase": "rollback", "started_at": started, "finished_at": time.time(), "ok": ok,
              "detail": {"faults": results, **({} if ok else {"error": "; ".join(

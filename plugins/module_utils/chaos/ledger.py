@@ -93,8 +93,10 @@ def record_attempt(data: Data, fault_id: str, error: str, now: float) -> Data:
     return _put(data, "faults", current)
 
 
-def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[List[str]] = None) -> Data:
-    """The fault is rolled back: out of the active set, into history."""
+def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[List[str]] = None,
+           observed: Optional[Dict[str, Any]] = None) -> Data:
+    """The fault is rolled back: out of the active set, into history (with what its family observed,
+    for the report of a drill whose rollback ran on the fault's own host)."""
     current = faults(data)
     entry = current.pop(fault_id, None)
     if entry is None:
@@ -102,6 +104,8 @@ def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[L
     done = {k: entry.get(k) for k in ("id", "drill", "experiment", "node", "backend", "host", "injected_at",
                                     "expires_at")}
     done.update(rolled_back_at=now, rolled_back_by=how, reverted=list(reverted or []))
+    if observed:
+        done["observed"] = observed
     updated = _put(data, "faults", current)
     return _put(updated, "history", [*history(data), done][-HISTORY_KEEP:])
 

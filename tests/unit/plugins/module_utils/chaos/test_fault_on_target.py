@@ -34,7 +34,7 @@ class FileFamily:
 
     def revert(self, undo, ctx):
         os.unlink(undo["marker"])
-        return {"reverted": ["removed %s" % undo["marker"]]}
+        return {"reverted": ["removed %s" % undo["marker"]], "observed": {"drops": 7}}
 
 
 @pytest.fixture
@@ -130,6 +130,20 @@ def test_a_revert_on_another_host_refuses_naming_the_host_and_keeps_the_fault(si
         data = json.load(handle)
     assert ledger.faults(data) == {}
     assert [(h["host"], h["rolled_back_by"]) for h in ledger.history(data)] == [("gpu-a-003", "kill_switch")]
+
+
+def test_the_controllers_rollback_reports_what_the_hosts_rollback_did_and_saw(site):
+    """The role rolls a host fault back on its host, then collects the drill's faults on the controller:
+    the report's row comes from the ledger's history, with the host and what the family observed."""
+    site["on"]("gpu-a-003")
+    api.inject({"drill": drill(), "ledger_file": site["ledger_file"]}, check_mode=False)
+    there = api.rollback({"drill_id": "d-20261201-000000-abcd", "ledger_file": site["ledger_file"]}, False)
+    assert there["faults"][0]["observed"] == {"drops": 7} and there["changed"]
+    site["on"]("ctl01")
+    here = api.rollback({"drill_id": "d-20261201-000000-abcd", "ledger_file": site["ledger_file"]}, False)
+    [row] = here["faults"]
+    assert (row["rollback"], row["host"], row["observed"]) == ("done", "gpu-a-003", {"drops": 7})
+    assert here["ok"] and not here["changed"]
 
 
 def test_the_watchdog_on_another_host_leaves_the_fault_to_its_own_host(site):
