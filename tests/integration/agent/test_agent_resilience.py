@@ -139,11 +139,11 @@ def test_fast_fence_off_leaves_slurm_alone(lab):
     probe.reset()
 
 
-def agent_api(lab):
-    """The agents' own identity (their kubeconfig), through the kubernetes package."""
+def agent_api(lab, node="gpu-a-001"):
+    """One agent's own identity (its node's kubeconfig), through the kubernetes package."""
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=str(lab.lab_dir / "agent" / "kubeconfig"))
+    return config.new_client_from_config(config_file=str(lab.lab_dir / "agent" / ("%s.kubeconfig" % node)))
 
 
 def test_rbac_allows_only_node_status_and_events(lab):
@@ -152,12 +152,21 @@ def test_rbac_allows_only_node_status_and_events(lab):
 
     api = agent_api(lab)
     core = client.CoreV1Api(api)
-    # What the agent does works.
+    merge = "application/strategic-merge-patch+json"
+    # What the agent does works: its own node's GpuHealthy (written back as it is, so the running
+    # agent's verdict stands).
+    current = next(c for c in lab.kube().read_node_status("gpu-a-001").status.conditions if c.type == "GpuHealthy")
     core.patch_node_status("gpu-a-001", {"status": {"conditions": [{
-        "type": "GpuHealthyRbacProbe", "status": "True", "reason": "Probe", "message": "rbac test"}]}},
-        _content_type="application/strategic-merge-patch+json")
-    # Nothing else does.
+        "type": "GpuHealthy", "status": current.status, "reason": current.reason, "message": current.message}]}},
+        _content_type=merge)
+    # Nothing else does: another condition, another node's status (the admission policy), and the rest (RBAC).
     forbidden = [
+        lambda: core.patch_node_status("gpu-a-001", {"status": {"conditions": [{
+            "type": "GpuHealthyRbacProbe", "status": "True", "reason": "Probe", "message": "rbac test"}]}},
+            _content_type=merge),
+        lambda: core.patch_node_status("gpu-a-002", {"status": {"conditions": [{
+            "type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "fatal, RESTART_BM: forged"}]}},
+            _content_type=merge),
         lambda: core.delete_node("gpu-a-001"),
         lambda: core.patch_node("gpu-a-001", {"metadata": {"labels": {"rbac-probe": "x"}}}),
         lambda: core.read_node("gpu-a-001"),

@@ -29,7 +29,9 @@ PORT_BASE = int(VARS["health_agent_lab_port_base"])
 CACHE = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 KUBECTL = str(CACHE / "bin" / "kubectl")
 ADMIN = str(LAB / "kube" / "admin.kubeconfig")
-AGENT_KUBECONFIG = str(LAB / "agent" / "kubeconfig")
+def agent_kubeconfig(node: str) -> str:
+    """Each lab agent's own identity: a client certificate of the lab CA for its node."""
+    return str(LAB / "agent" / ("%s.kubeconfig" % node))
 FAKEGPU = str(REPO / "tools" / "fake-nvml" / "fakegpu")
 STAGE = LAB / "systemd-root"
 MODULE = "ansible_collections.gpufleet.resilience.plugins.module_utils.agent"
@@ -147,11 +149,12 @@ def test_agent_files_are_private(host):
         assert loaded["node"] == node
         assert loaded["metrics"] == {"address": "127.0.0.1", "port": port_of(node)}
         assert loaded["kernel_log"] == {"source": "file", "path": str(LAB / "kmsg" / ("%s.log" % node))}
-        assert loaded["kubernetes"]["kubeconfig"] == AGENT_KUBECONFIG
-    kubeconfig = host.file(AGENT_KUBECONFIG)
-    assert kubeconfig.mode == 0o600 and kubeconfig.user == "root"
-    user = yaml.safe_load(kubeconfig.content_string)["users"][0]["user"]
-    assert set(user) == {"token"}
+        assert loaded["kubernetes"]["kubeconfig"] == agent_kubeconfig(node)
+        kubeconfig = host.file(agent_kubeconfig(node))
+        assert kubeconfig.mode == 0o600 and kubeconfig.user == "root"
+        user = yaml.safe_load(kubeconfig.content_string)["users"][0]["user"]
+        assert set(user) == {"client-certificate", "client-key"}
+        assert host.file(user["client-key"]).mode == 0o600
 
 
 @pytest.mark.parametrize("node", sorted(ACTIVE))
@@ -173,7 +176,8 @@ def test_agents_report_healthy_nodes(host, node):
     assert (found["status"], found["reason"]) == ("True", "GpusHealthy")
 
 
-# The token's rights, asked of the real API server: the condition and Events, nothing else.
+# An agent's rights, asked of the real API server: the condition and Events, nothing else (and the
+# admission policy narrows nodes/status to its own node: tests/integration/kube).
 @pytest.mark.parametrize("question, answer", [
     ("patch nodes --subresource=status", "yes"),
     ("create events --namespace=default", "yes"),
@@ -186,7 +190,7 @@ def test_agents_report_healthy_nodes(host, node):
     ("create events --namespace=kube-system", "no"),
 ])
 def test_agent_token_is_least_privilege(host, question, answer):
-    done = kubectl(host, "auth", "can-i", *question.split(), kubeconfig=AGENT_KUBECONFIG)
+    done = kubectl(host, "auth", "can-i", *question.split(), kubeconfig=agent_kubeconfig("gpu-a-001"))
     assert done.stdout.strip() == answer, (question, done.stdout, done.stderr)
 
 
@@ -275,7 +279,7 @@ def test_systemd_config_is_readable_by_the_agent_user_only(host):
     assert loaded["metrics"] == {"address": "127.0.0.1", "port": 9402}
     assert loaded["kernel_log"] == {"source": "kmsg", "path": None}
     assert loaded["journal"] == "/var/lib/gpufleet/health-events.jsonl"
-    assert loaded["kubernetes"]["kubeconfig"] == AGENT_KUBECONFIG
+    assert loaded["kubernetes"]["kubeconfig"] == agent_kubeconfig("gpu-a-001")
     journal_dir = host.file(str(STAGE / "var" / "lib" / "gpufleet"))
     assert (journal_dir.mode, journal_dir.user, journal_dir.group) == (0o750, "gpufleet-agent", "gpufleet-agent")
 
