@@ -5,12 +5,81 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
+from typing import Optional
 
 import pytest
-from lab_harness import REPO, TEST_LAB_VARS, Lab, lab_processes
+from lab_harness import REPO, TEST_LAB_VARS, Background, Lab, PlaybookResult, lab_processes
 
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
+
+
+class _LabStart:
+    """The session lab's bring-up, started when collection is done if a selected test needs the lab,
+    so that it runs while the unit tests (and the tests that need no lab) do."""
+
+    thread: Optional[threading.Thread] = None
+    result: Optional[PlaybookResult] = None
+    error: Optional[BaseException] = None
+    claimed = False
+
+    @classmethod
+    def start(cls, the_lab: Lab) -> None:
+        def bring_up():
+            try:
+                if the_lab.lab_dir.exists():
+                    # A previous session that died: stop what its records name, then start clean.
+                    the_lab.playbook("lab-down.yml")
+                    shutil.rmtree(the_lab.lab_dir)
+                cls.result = the_lab.playbook("one-click-slurm.yml")
+            except BaseException as exc:  # raised again in the fixture, in the test's thread
+                cls.error = exc
+
+        cls.thread = threading.Thread(target=bring_up, name="gpufleet-lab-up", daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def wait(cls, the_lab: Lab) -> PlaybookResult:
+        cls.claimed = True
+        if cls.thread is None:
+            cls.start(the_lab)
+        cls.thread.join()
+        if cls.error is not None:
+            raise cls.error
+        assert cls.result is not None
+        return cls.result
+
+
+def _session_lab() -> Lab:
+    return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the waiting-bound work now, to overlap the tests before it: the session lab (when a
+    selected test uses it) and the runs of every module with a ``start_in_background(items)``
+    (test_ansible_test.py, test_molecule.py), in the order the session reaches them."""
+    if session.config.option.collectonly or not session.items:
+        return
+    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and any(
+            "lab" in getattr(item, "fixturenames", ()) for item in session.items):
+        _LabStart.start(_session_lab())
+    by_module = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and callable(getattr(module, "start_in_background", None)):
+            by_module.setdefault(module, []).append(item)
+    for module, items in by_module.items():
+        module.start_in_background(items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    Background.shutdown()
+    if _LabStart.thread is not None and not _LabStart.claimed:
+        # Started, but no test got as far as the lab (-x, Ctrl-C, a deselection): take it down again.
+        _LabStart.thread.join()
+        _session_lab().playbook("lab-down.yml")
 
 
 @pytest.fixture(scope="session")
@@ -27,28 +96,24 @@ def fake_nvml_lib() -> Path:
 def lab() -> Lab:
     """The lab, brought up once per session with playbooks/one-click-slurm.yml and taken down at the end.
 
-    Later issues' integration tests use it too. Teardown runs playbooks/lab-down.yml
-    and fails the session if any process of the lab is left.
+    The bring-up starts when collection is done (pytest_collection_finish above), so this fixture
+    mostly finds it finished. Later issues' integration tests use it too. Teardown runs
+    playbooks/lab-down.yml and fails the session if any process of the lab is left.
     """
-    lab_dir = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
-    the_lab = Lab(lab_dir=lab_dir, extra_vars=dict(TEST_LAB_VARS))
+    the_lab = _session_lab()
     # Development only: GPUFLEET_TEST_LAB_KEEP=1 reuses a running test lab and leaves it up.
     if os.environ.get("GPUFLEET_TEST_LAB_KEEP") == "1":
-        if not (lab_dir / "run" / "kube-apiserver.pid").exists():
+        if not (LAB_DIR / "run" / "kube-apiserver.pid").exists():
             up = the_lab.playbook("one-click-slurm.yml")
             assert up.rc == 0, up.output[-6000:]
         yield the_lab
         return
-    if lab_dir.exists():
-        # A previous session that died: stop what its records name, then start clean.
-        the_lab.playbook("lab-down.yml")
-        shutil.rmtree(lab_dir)
-    up = the_lab.playbook("one-click-slurm.yml")
+    up = _LabStart.wait(the_lab)
     if up.rc != 0:
         the_lab.playbook("lab-down.yml")
         pytest.fail("the lab did not come up:\n" + up.output[-6000:])
     yield the_lab
     down = the_lab.playbook("lab-down.yml")
-    left = lab_processes(lab_dir)
+    left = lab_processes(LAB_DIR)
     assert down.rc == 0, down.output[-4000:]
     assert not left, "processes left after lab-down: %s" % left

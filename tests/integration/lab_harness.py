@@ -11,10 +11,12 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -202,3 +204,44 @@ def lab_processes(lab_dir: Path) -> List[int]:
         if marker.search(cmdline) or marker.search(environ) or marker.match(cwd):
             found.append(int(entry))
     return descendants_alive(found)
+
+
+class Background:
+    """Long runs that mostly wait on daemons (the molecule scenarios, ansible-test), started when
+    the session's collection is done instead of when their tests are reached, so they overlap the
+    tests before them.
+
+    A test module opts in with a module-level ``start_in_background(items)`` (the session's
+    selected items of that module), which submits its runs here by name; each of its tests then
+    waits for its own run with ``result(name)`` and asserts on it, so a failed run still fails
+    that test. GPUFLEET_BACKGROUND_JOBS runs at a time (default 1: on two cores a second one
+    slows the foreground tests by as much as it gains). ``submit`` of a name already submitted
+    returns the same run, so a test run alone (no collection hook) starts its run itself.
+    """
+
+    _lock = threading.Lock()
+    _pool: Optional[ThreadPoolExecutor] = None
+    _runs: Dict[str, Future] = {}
+
+    @classmethod
+    def submit(cls, name: str, work: Callable[[], Any]) -> Future:
+        with cls._lock:
+            if name not in cls._runs:
+                if cls._pool is None:
+                    jobs = max(1, int(os.environ.get("GPUFLEET_BACKGROUND_JOBS", "1")))
+                    cls._pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpufleet-background")
+                cls._runs[name] = cls._pool.submit(work)
+            return cls._runs[name]
+
+    @classmethod
+    def result(cls, name: str, work: Callable[[], Any]) -> Any:
+        return cls.submit(name, work).result()
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """End of session: drop the runs nobody waited for that have not started; let a started one
+        finish (a molecule scenario ends with its own destroy)."""
+        with cls._lock:
+            pool, cls._pool = cls._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -1,10 +1,10 @@
 """Each molecule scenario (converge, idempotence, verify, destroy) against the real lab daemons.
 
 The scenarios live in extensions/molecule/<role>/ and use their own lab directory and ports,
-so they run beside the session's test lab and beside each other: the module starts them two at
-a time (GPUFLEET_MOLECULE_JOBS), longest first, and each test waits for its own scenario.
-On two cores two at a time takes about 60 % of the serial time; the scenarios wait on daemons
-as much as they compute.
+so they run beside the session's test lab: they start in the background when the session's
+collection is done (lab_harness.Background, from the conftest), longest first, and each test
+waits for its own scenario, by then mostly finished. They wait on daemons as much as they
+compute, so they cost the foreground tests little.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import List
 
 import pytest
+from lab_harness import Background
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -24,7 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted(p.parent.name for p in (REPO / "extensions" / "molecule").glob("*/molecule.yml"))
 # The slow ones first, so the last to finish is a short one (seconds each, from --durations).
 LONGEST_FIRST = ["health_agent", "slurm", "kubernetes", "node_pool", "storage", "monitoring"]
-JOBS = int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2"))
 
 
 def run_scenario(scenario: str) -> subprocess.CompletedProcess:
@@ -38,11 +37,11 @@ def run_scenario(scenario: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=1500, check=False)
 
 
-@pytest.fixture(scope="module")
-def scenario_runs() -> Iterator[Dict[str, Future]]:
-    order = sorted(SCENARIOS, key=lambda s: LONGEST_FIRST.index(s) if s in LONGEST_FIRST else -1)
-    with ThreadPoolExecutor(max_workers=max(1, JOBS)) as pool:
-        yield {scenario: pool.submit(run_scenario, scenario) for scenario in order}
+def start_in_background(items: List[pytest.Item]) -> None:
+    """The conftest's collection hook: start the selected scenarios now, longest first."""
+    selected = {item.callspec.params["scenario"] for item in items if hasattr(item, "callspec")}
+    for scenario in sorted(selected, key=lambda s: LONGEST_FIRST.index(s) if s in LONGEST_FIRST else -1):
+        Background.submit("molecule:" + scenario, lambda s=scenario: run_scenario(s))
 
 
 def test_every_role_with_a_lab_backend_has_a_scenario():
@@ -50,6 +49,6 @@ def test_every_role_with_a_lab_backend_has_a_scenario():
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario(scenario_runs, scenario):
-    done = scenario_runs[scenario].result()
+def test_molecule_scenario(scenario):
+    done = Background.result("molecule:" + scenario, lambda: run_scenario(scenario))
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]

@@ -1,0 +1,42 @@
+"""ansible-test sanity and units (tools/ansible-test.sh), as CI runs them, reported as tests.
+
+They were `make sanity` and `make units`, run one after the other before pytest. Here they start
+in the background when the session's collection is done (lab_harness.Background, from the
+conftest) and overlap the unit and lab tests; each test waits for its run and fails with
+ansible-test's output when the run fails, so `make test` still fails on either, and pytest's
+summary line still closes the run. `make sanity` and `make units` still run one alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import List
+
+import pytest
+from lab_harness import REPO, VENV_BIN, Background
+
+pytestmark = [pytest.mark.integration]
+
+COMMANDS = ["sanity", "units"]
+
+
+def run_ansible_test(command: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, VENV=str(VENV_BIN.parent), PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.run([str(REPO / "tools" / "ansible-test.sh"), command], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
+
+
+def start_in_background(items: List[pytest.Item]) -> None:
+    """The conftest's collection hook: start the selected commands now."""
+    selected = {item.callspec.params["command"] for item in items if hasattr(item, "callspec")}
+    for command in COMMANDS:
+        if command in selected:
+            Background.submit("ansible-test:" + command, lambda c=command: run_ansible_test(c))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_ansible_test(command):
+    done = Background.result("ansible-test:" + command, lambda: run_ansible_test(command))
+    output = (done.stdout + done.stderr)[-12000:]
+    assert done.returncode == 0, "tools/ansible-test.sh %s failed:\n%s" % (command, output)
