@@ -31,6 +31,10 @@ help:
 	@echo "make setup | lint | sanity | units | pytest | bench | build"
 
 setup: venv link debs fake-nvml lab-binaries
+# `make test` runs the steps that do not need each other at once: the Go builds (CPU-bound, minutes
+# on a fresh machine) beside the venv and the Debian packages (network and disk) and, once the venv
+# is there, lint. Each output line stays whole (-Oline).
+PARALLEL_SETUP := $(MAKE) --no-print-directory -j4 -Oline
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tools/pyproject_deps.py
@@ -53,7 +57,8 @@ debs:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
 	fi
 
-fake-nvml: venv
+# gcc and make come from the Debian packages.
+fake-nvml: venv debs
 	$(MAKE) --no-print-directory -C tools/fake-nvml VENV=$(CURDIR)/$(VENV)
 
 # The lab's Kubernetes binaries and helm (the slinky backend and its tests), built from the Go
@@ -85,7 +90,9 @@ units: venv link
 pytest: venv link fake-nvml
 	pytest -n 0 --durations=30 tests
 
-test: setup lint pytest
+test:
+	$(PARALLEL_SETUP) venv link debs fake-nvml lab-binaries lint
+	$(MAKE) --no-print-directory pytest
 
 lab: setup
 	ansible-playbook playbooks/one-click-slurm.yml
