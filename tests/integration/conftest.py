@@ -60,7 +60,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the waiting-bound work now, to overlap the tests before it: the session lab (when a
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
     (test_ansible_test.py, test_molecule.py), in the order the session reaches them."""
-    if session.config.option.collectonly or not session.items:
+    # Under xdist each worker would start its own: there every test starts what it needs when reached.
+    if session.config.option.collectonly or not session.items or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and any(
             "lab" in getattr(item, "fixturenames", ()) for item in session.items):
