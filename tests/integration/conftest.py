@@ -52,6 +52,10 @@ class _LabStart:
         return cls.result
 
 
+# Starts the background runs once the lab is up (pytest_collection_finish); joined at the end.
+_starter: Optional[threading.Thread] = None
+
+
 def _session_lab() -> Lab:
     return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
 
@@ -71,11 +75,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         module = getattr(item, "module", None)
         if module is not None and callable(getattr(module, "start_in_background", None)):
             by_module.setdefault(module, []).append(item)
-    for module, items in by_module.items():
-        module.start_in_background(items)
+
+    def start_runs():
+        # The lab's bring-up is what the first lab test waits for: it gets the CPU the unit tests
+        # leave, and the background runs (needed only at the end of the session) start after it.
+        if _LabStart.thread is not None:
+            _LabStart.thread.join()
+        for module, items in by_module.items():
+            module.start_in_background(items)
+
+    global _starter
+    _starter = threading.Thread(target=start_runs, name="gpufleet-background-start", daemon=True)
+    _starter.start()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _starter is not None:
+        _starter.join()
     Background.shutdown()
     if _LabStart.thread is not None and not _LabStart.claimed:
         # Started, but no test got as far as the lab (-x, Ctrl-C, a deselection): take it down again.

@@ -222,11 +222,14 @@ class Background:
     _lock = threading.Lock()
     _pool: Optional[ThreadPoolExecutor] = None
     _runs: Dict[str, Future] = {}
+    _closed = False
 
     @classmethod
     def submit(cls, name: str, work: Callable[[], Any]) -> Future:
         with cls._lock:
             if name not in cls._runs:
+                if cls._closed:
+                    raise RuntimeError("the session is over: %s not started" % name)
                 if cls._pool is None:
                     jobs = max(1, int(os.environ.get("GPUFLEET_BACKGROUND_JOBS", "1")))
                     cls._pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpufleet-background")
@@ -242,6 +245,6 @@ class Background:
         """End of session: drop the runs nobody waited for that have not started; let a started one
         finish (a molecule scenario ends with its own destroy)."""
         with cls._lock:
-            pool, cls._pool = cls._pool, None
+            pool, cls._pool, cls._closed = cls._pool, None, True
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
