@@ -101,8 +101,8 @@ def finish(data: Data, fault_id: str, how: str, now: float, reverted: Optional[L
     entry = current.pop(fault_id, None)
     if entry is None:
         return data
-    done = {k: entry.get(k) for k in ("id", "drill", "experiment", "node", "backend", "host", "injected_at",
-                                    "expires_at")}
+    kept = ("id", "drill", "experiment", "node", "backend", "host", "injected_at", "expires_at")
+    done = {k: entry.get(k) for k in kept}
     done.update(rolled_back_at=now, rolled_back_by=how, reverted=list(reverted or []))
     if observed:
         done["observed"] = observed

@@ -153,8 +153,8 @@ def test_an_agent_can_do_nothing_else(identity_lab, nodes):
         lambda: core.patch_node(NODE_A, {"spec": {"unschedulable": True}}),
         lambda: core.patch_node(NODE_B, {"metadata": {"labels": {"forged": "x"}}}),
         lambda: core.read_node(NODE_A),
-        lambda: core.list_node(),
-        lambda: core.list_pod_for_all_namespaces(),
+        core.list_node,
+        core.list_pod_for_all_namespaces,
         lambda: core.list_namespaced_secret(NAMESPACE),
         lambda: core.read_namespaced_config_map("kube-root-ca.crt", "default"),
         lambda: core.create_namespaced_pod("default", {"metadata": {"name": "forged"},
@@ -200,8 +200,8 @@ def test_a_token_that_names_no_node_is_refused(identity_lab, nodes):
 
 def test_a_node_bound_token_names_its_node(identity_lab, nodes):
     node = nodes.read_node(NODE_A)
-    api = token_api(identity_lab, request_token(identity_lab, {"kind": "Node", "apiVersion": "v1", "name": NODE_A,
-                                                              "uid": node.metadata.uid}))
+    bound_to = {"kind": "Node", "apiVersion": "v1", "name": NODE_A, "uid": node.metadata.uid}
+    api = token_api(identity_lab, request_token(identity_lab, bound_to))
     # The API server itself derives the node from the token's claims.
     assert who(api).extra[NODE_NAME_KEY] == [NODE_A]
     write(client.CoreV1Api(api), NODE_A, HEALTHY)
@@ -222,8 +222,8 @@ def test_a_daemonset_pod_token_names_its_node(identity_lab, nodes):
                  "tolerations": [{"operator": "Exists"}],
                  "containers": [{"name": "agent", "image": "localhost/gpufleet-health-agent:test"}]}})
     try:
-        api = token_api(identity_lab, request_token(identity_lab, {"kind": "Pod", "apiVersion": "v1",
-                                                                  "name": pod.metadata.name, "uid": pod.metadata.uid}))
+        bound_to = {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid}
+        api = token_api(identity_lab, request_token(identity_lab, bound_to))
         info = who(api)
         assert info.username == "system:serviceaccount:%s:%s" % (NAMESPACE, SERVICE_ACCOUNT)
         assert info.extra[NODE_NAME_KEY] == [NODE_B]

@@ -148,7 +148,7 @@ def test_every_credential_is_required_and_plain_http_is_refused(webhook):
     # With all three, over TLS: one run, the text as sent.
     payload = "{{ lookup('pipe', 'id') }}"
     assert webhook.post([alert("gpu-x-001", now, pool=payload)]) == 200
-    run = wait_for(lambda: webhook.runs(), 60, 0.2, what="the authenticated alert's run")[0]
+    run = wait_for(webhook.runs, 60, 0.2, what="the authenticated alert's run")[0]
     assert run["node"] == "gpu-x-001" and run["trigger"]["labels"]["pool"] == payload
 
 

@@ -9,7 +9,7 @@ field without being shown."""
 from __future__ import annotations
 
 import pytest
-from test_awx_drills_emulated import HOOK_SECRET, apply, emulator, settings  # noqa: F401 - emulator is a fixture
+from test_awx_drills_emulated import HOOK_SECRET, apply, emulator, settings  # noqa: F401 pylint: disable=unused-import
 
 pytestmark = pytest.mark.integration
 

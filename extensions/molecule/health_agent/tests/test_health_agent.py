@@ -29,9 +29,13 @@ PORT_BASE = int(VARS["health_agent_lab_port_base"])
 CACHE = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 KUBECTL = str(CACHE / "bin" / "kubectl")
 ADMIN = str(LAB / "kube" / "admin.kubeconfig")
+
+
 def agent_kubeconfig(node: str) -> str:
     """Each lab agent's own identity: a client certificate of the lab CA for its node."""
     return str(LAB / "agent" / ("%s.kubeconfig" % node))
+
+
 FAKEGPU = str(REPO / "tools" / "fake-nvml" / "fakegpu")
 STAGE = LAB / "systemd-root"
 MODULE = "ansible_collections.gpufleet.resilience.plugins.module_utils.agent"

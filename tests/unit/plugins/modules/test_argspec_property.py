@@ -102,8 +102,19 @@ def fake_run_function(calls: Calls):
     return run
 
 
+def import_every_module_util() -> None:
+    """Import all of module_utils first, so that the fakes below patch each client module, whatever
+    order the tests run in (a module imported later, by a module's main, would keep its real client)."""
+    from ansible_collections.gpufleet.resilience.plugins import module_utils
+
+    for found in pkgutil.walk_packages(module_utils.__path__, module_utils.__name__ + "."):
+        if not found.name.endswith("__main__"):
+            importlib.import_module(found.name)
+
+
 @pytest.fixture
 def fakes(monkeypatch, tmp_path) -> Calls:
+    import_every_module_util()
     calls = Calls()
 
     def run_command(self, args, *a, **k):

@@ -9,9 +9,7 @@ path, mode or output into the params."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from ansible_collections.gpufleet.resilience.plugins.filter.drill_params import drill_params
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, experiments, ledger
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
@@ -69,17 +67,3 @@ def test_the_gate_allows_the_lab_directory_and_the_declared_ones(bare_metal, tmp
     assert bad.value.field == "params.path"
     fine = experiments.check_params(experiments.get("checkpoint_fill"), {"path": str(lab / "storage")}, [str(lab)])
     assert fine == {"path": str(lab / "storage")}
-
-
-def test_drill_yml_forwards_only_the_experiments_knobs() -> None:
-    inventory = {"xid": 79, "path": "/etc/passwd", "mode": "0777", "output": "/tmp/x", "gpu": 2}
-    assert drill_params(inventory, "gpu_xid") == {"xid": 79, "gpu": 2}
-    assert drill_params(inventory, "checkpoint_storage") == {"path": "/etc/passwd", "mode": "0777"}
-    assert drill_params(inventory, "no_such_experiment") == {}
-
-
-def test_drill_yml_uses_the_filter() -> None:
-    from pathlib import Path
-
-    play = yaml.safe_load((Path(api.__file__).resolve().parents[3] / "playbooks" / "drill.yml").read_text())[0]
-    assert "gpufleet.resilience.drill_params(" in play["roles"][0]["vars"]["chaos_drill_params"]
