@@ -87,7 +87,9 @@ class Webhook:
                                          headers=headers)
         try:
             context = self.context if scheme == "https" else None
-            with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            # The webhook answers once ansible-rulebook has queued the events: with the action cap
+            # full that waits (its back pressure), so a flood's POST may take a while.
+            with urllib.request.urlopen(request, timeout=120, context=context) as answer:
                 return answer.status
         except urllib.error.HTTPError as exc:
             return exc.code
