@@ -43,12 +43,6 @@ mkdir -p "$dest"
 (cd "$dest" && git init -q && git add -A && git -c user.name=ci -c user.email=ci@localhost commit -qm copy)
 cd "$dest"
 export PATH=$venv/bin:$PATH
-# The Slurm parser tests read the captured CLI output from ../shared beside the repo; ansible-test
-# passes no custom environment to the tests, so the copy gets the captures beside it too.
-if [ -d "$repo/../shared/data/slurm-captures" ]; then
-  mkdir -p "$work/ansible_collections/gpufleet/shared/data"
-  cp -r "$repo/../shared/data/slurm-captures" "$work/ansible_collections/gpufleet/shared/data/"
-fi
 # No exec: the EXIT trap must still remove the copy.
 case "$command" in
   sanity) ansible-test sanity --venv --python 3.11 --color no "$@" ;;

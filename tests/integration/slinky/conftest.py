@@ -1,4 +1,4 @@
-"""Fixtures for the Slinky tests: the upstream charts (test data outside the repo) and helm."""
+"""Fixtures for the Slinky tests: the upstream charts (tests/fixtures/slinky) and helm."""
 
 from __future__ import annotations
 
@@ -8,17 +8,13 @@ from pathlib import Path
 
 import pytest
 from lab_harness import REPO
-from slinky_helpers import CACHE_DIR, CHART_VERSIONS, VENDOR, chart_dir
+from slinky_helpers import CACHE_DIR, unpack_charts
 
 
 @pytest.fixture(scope="session")
 def vendor_charts() -> Path:
-    if not all((chart_dir(v) / "slurm" / "Chart.yaml").is_file() for v in CHART_VERSIONS):
-        pytest.skip(
-            "the Slinky charts are not at %s (v1.1.2/helm and v1.2.1/helm of SchedMD's slurm-operator); "
-            "CI has them" % VENDOR
-        )
-    return VENDOR
+    """SchedMD's charts, unpacked from the repository's fixtures."""
+    return unpack_charts()
 
 
 @pytest.fixture(scope="session")

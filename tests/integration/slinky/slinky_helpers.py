@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -12,8 +14,13 @@ import yaml
 from lab_harness import REPO
 
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
-# SchedMD's charts, unmodified, at the tags the collection supports (see its README.md).
-VENDOR = REPO.parent / "shared" / "vendor" / "slinky"
+# SchedMD's charts, unmodified, at the tags the collection supports: one archive per tag in
+# tests/fixtures/slinky (with their LICENSE and COMMIT; see the README there). Archives, so that
+# the collection's sanity tests never read Helm's Go templates as YAML; they are unpacked once,
+# into tests/output (ignored by git), where a relative chart path reaches them as a user types it.
+FIXTURES = REPO / "tests" / "fixtures" / "slinky"
+VENDOR = REPO / "tests" / "output" / "slinky-charts"
+VENDOR_RELATIVE = VENDOR.relative_to(REPO)
 CHART_VERSIONS = ("1.1.2", "1.2.1")
 # The oldest Kubernetes the charts accept (their kubeVersion); helm template's default is older.
 KUBE_VERSION = "1.29.0"
@@ -21,6 +28,23 @@ KUBE_VERSION = "1.29.0"
 
 def chart_dir(version: str) -> Path:
     return VENDOR / ("v" + version) / "helm"
+
+
+def unpack_charts() -> Path:
+    """Unpack each chart archive into VENDOR unless that very archive is unpacked there already."""
+    for version in CHART_VERSIONS:
+        archive = FIXTURES / ("slurm-operator-charts-v%s.tar.gz" % version)
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        target = VENDOR / ("v" + version)
+        stamp = VENDOR / ("v%s.sha256" % version)
+        if stamp.is_file() and stamp.read_text() == digest and (target / "helm").is_dir():
+            continue
+        shutil.rmtree(target, ignore_errors=True)
+        VENDOR.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(VENDOR, filter="data")
+        stamp.write_text(digest)
+    return VENDOR
 
 
 def prepare_operator_chart(charts: Path, work: Path) -> Path:

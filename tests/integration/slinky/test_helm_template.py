@@ -1,7 +1,7 @@
 """The values the collection generates, rendered by the real Slinky charts with the real helm.
 
 For each supported chart version (1.1.2 and 1.2.1, SchedMD's charts unmodified, from
-../shared/vendor/slinky): `helm template` renders the generated values for 1 and 3 pools without
+tests/fixtures/slinky): `helm template` renders the generated values for 1 and 3 pools without
 error, into the objects they should make; every key path the collection writes is a key path of
 the chart's values.yaml; and the chart facts the collection keeps (1.1.x sample entries, Slurm
 versions, operator values) are the charts' own.

@@ -22,12 +22,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from lab_harness import REPO, PlaybookResult, run_playbook
-from slinky_helpers import helm_env
+from slinky_helpers import VENDOR_RELATIVE, helm_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 # Relative, as a user gives it on the command line (ansible-playbook runs in the repo root).
-CHARTS = "../shared/vendor/slinky/v1.2.1/helm"
+CHARTS = str(VENDOR_RELATIVE / "v1.2.1" / "helm")
 GROUPS = {"site-h100-1": "h100-a", "site-h100-2": "h100-a", "site-h200-1": "h200-b"}
 POOLS = [
     {"name": "site-h100", "count": 2, "gpus_per_node": 8,

@@ -2,7 +2,7 @@
 existing cluster.
 
 playbooks/one-click-slurm.yml runs with --tags storage,slurm, slurm_backend=slinky, the storage
-role's pvc backend and the unmodified 1.2.1 charts from ../shared/vendor/slinky (a relative
+role's pvc backend and the unmodified 1.2.1 charts from tests/fixtures/slinky (a relative
 slurm_slinky_chart_dir, as a user would type it). Proven here: the three helm releases install,
 the CRDs are established, the API server accepts and holds the Controller, the NodeSets, the
 LoginSet and the RestApi (so the generated objects pass the real CRD schemas), and a rerun and a
@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 
 import pytest
 from lab_harness import Lab
-from slinky_helpers import helm_env
+from slinky_helpers import VENDOR_RELATIVE, helm_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -53,7 +53,7 @@ def slinky_vars(lab: Lab) -> Dict[str, Any]:
         "slurm_slinky_operator_namespace": OPERATOR_NAMESPACE,
         "slurm_slinky_chart_source": "local",
         # Relative to the repository root, where the harness runs ansible-playbook.
-        "slurm_slinky_chart_dir": "../shared/vendor/slinky/v%s/helm" % VERSION,
+        "slurm_slinky_chart_dir": str(VENDOR_RELATIVE / ("v%s" % VERSION) / "helm"),
         "slurm_slinky_version": VERSION,
         # No cert-manager chart here, and no webhook on kwok (auto turns it off).
         "slurm_slinky_install_cert_manager": False,

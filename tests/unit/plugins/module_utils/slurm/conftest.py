@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[5]
-# The captures live beside the repo (../shared/data/slurm-captures); ansible-test units runs on a
-# copy of the tree elsewhere, so GPUFLEET_SLURM_CAPTURES may point at them.
-CAPTURES = Path(os.environ.get("GPUFLEET_SLURM_CAPTURES") or REPO / ".." / "shared" / "data" / "slurm-captures")
+# Real Slurm 22.05 and 24.11 output, kept in the repository (tests/fixtures/slurm-captures, with
+# its README); ansible-test units copies the tree, fixtures included. GPUFLEET_SLURM_CAPTURES may
+# point at another set, e.g. a newer Slurm's.
+CAPTURES = Path(os.environ.get("GPUFLEET_SLURM_CAPTURES") or REPO / "tests" / "fixtures" / "slurm-captures")
 
 
 class Captures:
@@ -24,8 +25,8 @@ class Captures:
 
 @pytest.fixture
 def captures() -> Captures:
-    if not CAPTURES.is_dir():
-        pytest.skip("Slurm captures not found at %s (set GPUFLEET_SLURM_CAPTURES)" % CAPTURES)
+    # Missing captures are a broken checkout, not a reason to skip: the parser tests need them.
+    assert CAPTURES.is_dir(), "Slurm captures not found at %s" % CAPTURES
     return Captures(CAPTURES)
 
 
