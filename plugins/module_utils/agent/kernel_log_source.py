@@ -15,6 +15,18 @@ Three followers, one per ``kernel_log.source``:
 
 Each follower owns a ``KernelLogParser``, so multi-line messages (fallen off the bus) and the
 driver's PCI-to-UUID lines carry over between reads.
+
+Resuming after an agent restart (within one boot): ``file`` and ``kmsg`` hand each read's events
+together with the position after it (``on_read(events, position)``: the file's device, inode and
+byte offset after the last whole line; the sequence number of the last kmsg record), so whoever
+records the position has every event before it, and take that position back as ``resume``. A
+file that is the same (device and inode) and not shorter is read on from that offset, so lines
+written while the agent was down are read once and lines read before are not read again; a file
+that was replaced or truncated meanwhile is read from its start (all of it is newer). kmsg is
+read from the oldest record still in the ring buffer, skipping the sequence numbers already read.
+``journal`` cannot resume: it starts at the journal's end, as without a position. Without a
+position (first start, a new boot, an unreadable fault journal) every follower starts at the end:
+what was written before is the boot's past, not news.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ import select
 import subprocess
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.kernel_log import KernelLogParser
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
@@ -36,6 +48,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense i
 LOG = logging.getLogger("gpufleet.agent.kernel_log")
 EventSink = Callable[[List[XidEvent]], None]
 ErrorSink = Callable[[str], None]
+ReadSink = Callable[[List[XidEvent], Dict[str, Any]], None]
 
 # inotify(7) masks.
 IN_MODIFY = 0x002
@@ -56,9 +69,12 @@ class Follower:
 
     name = "kernel-log"
 
-    def __init__(self, sink: EventSink, on_error: ErrorSink) -> None:
+    def __init__(self, sink: EventSink, on_error: ErrorSink, on_read: Optional[ReadSink] = None,
+                 resume: Optional[Mapping[str, Any]] = None) -> None:
         self.sink = sink
         self.on_error = on_error
+        self.on_read = on_read
+        self.resume = dict(resume) if resume else None
         self.parser = KernelLogParser(boot_time=host_boot_time())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._guarded, name=self.name, daemon=True)
@@ -74,11 +90,15 @@ class Follower:
     def _close(self) -> None:
         """Release what the follower holds so a blocked read returns."""
 
-    def feed(self, lines: List[str]) -> None:
+    def feed(self, lines: List[str], position: Optional[Dict[str, Any]] = None) -> None:
+        """Parse whole lines and hand on their events: to ``on_read`` with the position after
+        them when there is one (events and position in one call), else to ``sink``."""
         for line in lines:
             self.parser.feed(line)
         events = self.parser.take()
-        if events:
+        if position is not None and self.on_read is not None:
+            self.on_read(events, position)
+        elif events:
             self.sink(events)
 
     def _guarded(self) -> None:
@@ -132,11 +152,31 @@ class _Inotify:
 class FileFollower(Follower):
     name = "kernel-log-file"
 
-    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink, from_start: bool = False) -> None:
-        super().__init__(sink, on_error)
+    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink, from_start: bool = False,
+                 on_read: Optional[ReadSink] = None, resume: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(sink, on_error, on_read, resume)
         self.path = path
         self.from_start = from_start
         self.rotations = 0
+
+    def _resume_offset(self, status: os.stat_result) -> Optional[int]:
+        """Where to start in the file opened first, from the position of the agent's last run."""
+        resume = self.resume
+        if not resume or resume.get("kind") != "file" or resume.get("path") != self.path:
+            return None
+        offset = resume.get("offset")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            return None
+        if (resume.get("dev"), resume.get("inode")) != (status.st_dev, status.st_ino):
+            return 0  # rotated or re-created while the agent was down: all of it is newer
+        if status.st_size < offset:
+            return 0  # truncated while the agent was down: what is there now came after
+        return offset
+
+    def _position(self, handle: Any, partial: bytes) -> Dict[str, Any]:
+        status = os.fstat(handle.fileno())
+        return {"kind": "file", "path": self.path, "dev": status.st_dev, "inode": status.st_ino,
+                "offset": handle.tell() - len(partial)}
 
     def run(self) -> None:
         directory = os.path.dirname(os.path.abspath(self.path)) or "."
@@ -156,8 +196,12 @@ class FileFollower(Follower):
                         if watch.fd < 0 and os.path.isdir(directory):
                             watch = _Inotify(directory)
                         continue
-                    inode = os.fstat(handle.fileno()).st_ino
-                    if first_open and not self.from_start:
+                    opened = os.fstat(handle.fileno())
+                    inode = opened.st_ino
+                    resume_at = self._resume_offset(opened) if first_open else None
+                    if resume_at is not None:
+                        handle.seek(resume_at)
+                    elif first_open and not self.from_start:
                         handle.seek(0, os.SEEK_END)
                     first_open = False
                     partial = b""
@@ -166,7 +210,8 @@ class FileFollower(Follower):
                     data = partial + chunk
                     lines = data.split(b"\n")
                     partial = lines.pop()
-                    self.feed([line.decode("utf-8", errors="replace") for line in lines])
+                    self.feed([line.decode("utf-8", errors="replace") for line in lines],
+                              self._position(handle, partial))
                     continue
                 # Nothing new: has the file been rotated, deleted or truncated?
                 try:
@@ -193,16 +238,22 @@ class FileFollower(Follower):
 class KmsgFollower(Follower):
     name = "kernel-log-kmsg"
 
-    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink) -> None:
-        super().__init__(sink, on_error)
+    def __init__(self, path: str, sink: EventSink, on_error: ErrorSink, on_read: Optional[ReadSink] = None,
+                 resume: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(sink, on_error, on_read, resume)
         self.path = path
         self.overruns = 0
         self._fd = -1
+        self.last_seq: Optional[int] = None
+        if self.resume and self.resume.get("kind") == "kmsg" and isinstance(self.resume.get("seq"), int):
+            self.last_seq = self.resume["seq"]
 
     def run(self) -> None:
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            os.lseek(self._fd, 0, os.SEEK_END)  # from the end: old faults are the boot's, not news
+            if self.last_seq is None:
+                os.lseek(self._fd, 0, os.SEEK_END)  # from the end: old faults are the boot's, not news
+            # else: from the oldest record still there, skipping those the last run read
             while not self._stop.is_set():
                 try:
                     record = os.read(self._fd, KMSG_RECORD_MAX)
@@ -217,11 +268,28 @@ class KmsgFollower(Follower):
                         continue
                     raise
                 # A record is "prio,seq,usec,flags;message\n" then " KEY=value" lines.
-                self.feed([record.split(b"\n", 1)[0].decode("utf-8", errors="replace")])
+                seq = kmsg_seq(record)
+                if seq is not None and self.last_seq is not None and seq <= self.last_seq:
+                    continue  # read before the agent restarted
+                if seq is not None:
+                    self.last_seq = seq
+                self.feed([record.split(b"\n", 1)[0].decode("utf-8", errors="replace")],
+                          {"kind": "kmsg", "seq": seq} if seq is not None else None)
         finally:
             fd, self._fd = self._fd, -1
             if fd >= 0:
                 os.close(fd)
+
+
+def kmsg_seq(record: bytes) -> Optional[int]:
+    """The sequence number of a /dev/kmsg record (``prio,seq,usec,flags;...``), or None."""
+    head = record.split(b";", 1)[0].split(b",")
+    if len(head) < 2:
+        return None
+    try:
+        return int(head[1])
+    except ValueError:
+        return None
 
 
 class JournalFollower(Follower):
@@ -250,11 +318,14 @@ class JournalFollower(Follower):
             raise RuntimeError("journalctl exited with %s" % process.returncode)
 
 
-def make_follower(source: str, path: Optional[str], sink: EventSink, on_error: ErrorSink) -> Optional[Follower]:
+def make_follower(source: str, path: Optional[str], sink: EventSink, on_error: ErrorSink,
+                  on_read: Optional[ReadSink] = None,
+                  resume: Optional[Mapping[str, Any]] = None) -> Optional[Follower]:
+    """The follower for ``source``; ``resume`` is the position of the agent's last run (same boot)."""
     if source == "file":
-        return FileFollower(path or "", sink, on_error)
+        return FileFollower(path or "", sink, on_error, on_read=on_read, resume=resume)
     if source == "kmsg":
-        return KmsgFollower(path or "/dev/kmsg", sink, on_error)
+        return KmsgFollower(path or "/dev/kmsg", sink, on_error, on_read=on_read, resume=resume)
     if source == "journal":
         return JournalFollower(sink, on_error)
     return None

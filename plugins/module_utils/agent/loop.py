@@ -15,9 +15,11 @@ Every input re-judges the node (``NodeState``) at once, then publishes:
 
 Faults survived: NVML errors (counted; the newest good snapshot stays; a lost GPU is a verdict,
 not an error), the API server down (the publisher retries), Slurm down (the fence retries), a
-deleted or rotated kernel-log file (the follower re-opens it). SIGHUP reloads the configuration
-(a bad file is logged and ignored), SIGUSR1 forgets the XID history (after a GPU reset), SIGTERM
-and SIGINT stop cleanly.
+deleted or rotated kernel-log file (the follower re-opens it), its own restart (the fault journal,
+``fault_journal``: unresolved XID faults and the kernel-log position come back within the same
+boot and fault window). SIGHUP reloads the configuration (a bad file is logged and ignored),
+SIGUSR1 forgets the XID history (after a GPU reset; the fault journal is emptied too), SIGTERM and
+SIGINT stop cleanly.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.agent import journal
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent import fault_journal, journal
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.condition import (
     health_condition,
     unknown_condition,
@@ -61,6 +63,11 @@ LOST_EVENT_MARK = "NVML_ERROR_GPU_IS_LOST"
 # second for 8 GPUs x 18 links, most of the agent's CPU) and their alert looks at 10 minutes.
 # Link state (up/down) is read on every snapshot.
 NVLINK_COUNTERS_EVERY = 10
+# The fault journal is rewritten at once for an XID, but at most this often (an XID storm): a
+# change within it is written on the next snapshot tick. A kernel-log position alone (lines
+# without an XID) waits for the next write, or POSITION_EVERY_S.
+FAULT_JOURNAL_MIN_S = 0.5
+POSITION_EVERY_S = 10.0
 
 
 def with_previous_counters(snapshots: List[GpuSnapshot], previous: List[GpuSnapshot]) -> List[GpuSnapshot]:
@@ -82,11 +89,19 @@ def with_previous_counters(snapshots: List[GpuSnapshot], previous: List[GpuSnaps
 class Agent:
     def __init__(self, config: AgentConfig, reload: Optional[Callable[[], AgentConfig]] = None,
                  reader_factory: Callable[[Optional[str]], Any] = NvmlReader,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 boot_id: Callable[[], Optional[str]] = fault_journal.read_boot_id) -> None:
         self.config = config
         self.reload_config = reload
         self.reader_factory = reader_factory
         self.clock = clock
+        self.boot_id = boot_id
+        self.fault_journal_path = fault_journal.state_path(config.journal)
+        self._boot_id: Optional[str] = None
+        self._kernel_log_position: Optional[Dict[str, Any]] = None
+        self._fault_journal_dirty = False
+        self._position_dirty = False
+        self._fault_journal_written = float("-inf")  # monotonic
         self.state = NodeState(config.node, build_thresholds(config.thresholds), config.driver_version)
         self._lock = threading.Lock()
         self._queue: "queue.Queue[tuple]" = queue.Queue()
@@ -148,6 +163,7 @@ class Agent:
         self._start_metrics()
         self._start_publishers()
         self._open_nvml()
+        self.restore()
         self._start_follower()
         nvml_thread = threading.Thread(target=self._nvml_events, name="nvml-events", daemon=True)
         nvml_thread.start()
@@ -180,6 +196,15 @@ class Agent:
         self._threads_stop.set()
         if self._follower is not None:
             self._follower.stop()
+        # What the follower handed over before it stopped, then the newest state.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] in ("xid", "kernel_log_read"):
+                self._handle(item)
+        self.persist(force=True)
         nvml_thread.join(2.0)
         if self._publisher is not None:
             self._publisher.stop()
@@ -213,10 +238,12 @@ class Agent:
         self._reader = reader
         self._nvml_error = None
         with self._lock:
-            self.state.set_inventory(inventory, driver)
+            replaced = self.state.set_inventory(inventory, driver)
             self.view.driver_version = driver or ""
             self.view.uuids = {gpu.index: gpu.uuid or "" for gpu in inventory}
             self.view.up = True
+        if replaced:
+            self._gpus_replaced(replaced)
 
     def _nvml_events(self) -> None:
         """The NVML event thread: block in nvmlEventSetWait, hand events to the judging thread."""
@@ -247,7 +274,10 @@ class Agent:
         cfg = self.config.kernel_log
         self._follower = make_follower(cfg.source, self.config.kernel_log_path,
                                        lambda events: self._queue.put(("xid", events, "kernel_log")),
-                                       lambda message: self.count_error("kernel_log", message))
+                                       lambda message: self.count_error("kernel_log", message),
+                                       on_read=lambda events, position: self._queue.put(
+                                           ("kernel_log_read", events, position)),
+                                       resume=self._kernel_log_position)
         if self._follower is not None:
             self._follower.start()
 
@@ -284,6 +314,15 @@ class Agent:
                 self.view.xid_events[item[2]] = self.view.xid_events.get(item[2], 0) + len(events)
                 records = self.state.add_events(events, self.clock())
             self._publish(records)
+            self.persist()
+        elif kind == "kernel_log_read":
+            # The events of one read and the position after it, recorded together: a restart
+            # neither reads those lines again nor misses the ones after them.
+            self._kernel_log_position = item[2]
+            if item[1]:
+                self._handle(("xid", item[1], "kernel_log"))
+            else:  # lines without an XID are harmless to read twice: written with the next write
+                self._position_dirty = True
         elif kind == "snapshot_now":
             self._snapshot(0.0)
         elif kind == "reload":
@@ -323,6 +362,9 @@ class Agent:
             self.view.snapshot_duration = time.monotonic() - started
             self.view.last_snapshot = now
         self._publish(records, always=True)
+        if self._fault_journal_dirty or (
+                self._position_dirty and time.monotonic() - self._fault_journal_written >= POSITION_EVERY_S):
+            self.persist(force=True)
 
     def _publish(self, records: List[HealthEvent], always: bool = False) -> None:
         with self._lock:
@@ -357,6 +399,62 @@ class Agent:
             journal.append(self.config.journal, record)
         except OSError as exc:
             self.count_error("journal", "cannot append to %s: %s" % (self.config.journal, exc))
+
+    # -- the fault journal (what a restart must not forget) ------------------------------------
+    def restore(self) -> None:
+        """Take back the unresolved XID faults and the kernel-log position of the agent's last run.
+
+        Same boot and inside the window only; events of a GPU replaced meanwhile are dropped. An
+        unreadable or corrupt fault journal is logged with its path and counted, and the agent
+        starts clean; it is replaced by the next write.
+        """
+        path = self.fault_journal_path
+        self._boot_id = self.boot_id()
+        now = self.clock()
+        try:
+            restored = fault_journal.restore(fault_journal.read(path), self.config.node, self._boot_id, now,
+                                             self.state.thresholds.window_s, path)
+        except fault_journal.FaultJournalError as exc:
+            self.count_error("journal", "fault journal ignored, starting with no XID history: %s" % exc)
+            restored = fault_journal.Restored(cleared_by="unreadable fault journal")
+        self._kernel_log_position = restored.kernel_log
+        dropped = dict(restored.dropped)
+        kept = 0
+        if restored.events:
+            with self._lock:
+                replaced = self.state.restore_events(restored.events, now)
+            if replaced:
+                dropped["gpu_replaced"] = replaced
+            kept = len(restored.events) - replaced
+        LOG.info("fault journal read", extra={"path": path, "restored": kept, "dropped": dropped,
+                                              "cleared_by": restored.cleared_by})
+        if kept or dropped:
+            # The audit trail says why the node is still (or no longer) unhealthy after a restart.
+            self._journal({"time": now, "node": self.config.node, "event": "restored", "restored": kept,
+                           "dropped": dropped, "reason": restored.cleared_by or "restart"})
+        self.persist(force=True)
+
+    def persist(self, force: bool = False) -> None:
+        """Rewrite the fault journal (atomically); at most every ``FAULT_JOURNAL_MIN_S`` unless forced."""
+        if not force and time.monotonic() - self._fault_journal_written < FAULT_JOURNAL_MIN_S:
+            self._fault_journal_dirty = True
+            return
+        with self._lock:
+            content = fault_journal.document(self.config.node, self._boot_id, list(self.state.events),
+                                             self._kernel_log_position, self.clock())
+        self._fault_journal_dirty = self._position_dirty = False
+        self._fault_journal_written = time.monotonic()
+        try:
+            fault_journal.write(self.fault_journal_path, content)
+        except OSError as exc:
+            self._fault_journal_dirty = True
+            self.count_error("journal", "cannot write the fault journal %s: %s" % (self.fault_journal_path, exc))
+
+    def _gpus_replaced(self, dropped: int) -> None:
+        LOG.warning("XID history of replaced GPUs dropped", extra={"node": self.config.node, "dropped": dropped})
+        self._journal({"time": self.clock(), "node": self.config.node, "event": "forgotten", "dropped": dropped,
+                       "reason": "GpuReplaced"})
+        self.persist(force=True)
 
     def _fenced(self, outcome: str, reason: str) -> None:
         LOG.warning("fast fence", extra={"outcome": outcome, "reason": reason})
@@ -402,6 +500,7 @@ class Agent:
         with self._lock:
             dropped = len(self.state.events)
             self.state.forget_xids(self.clock())
+        self.persist(force=True)  # a restart after the reset must not bring the faults back
         LOG.warning("XID history forgotten (SIGUSR1)", extra={"node": self.config.node, "dropped": dropped})
         # The audit trail says why the node turned healthy.
         self._journal({"time": self.clock(), "node": self.config.node, "event": "forgotten", "dropped": dropped,

@@ -151,10 +151,34 @@ class NodeState:
         self._recent: Deque[XidEvent] = deque()  # for duplicate detection across sources
 
     # -- inputs ---------------------------------------------------------------------------
-    def set_inventory(self, inventory: Sequence[GpuInfo], driver_version: Optional[str]) -> None:
+    def set_inventory(self, inventory: Sequence[GpuInfo], driver_version: Optional[str]) -> int:
+        """Take NVML's inventory; returns how many XID events of replaced GPUs it dropped."""
         self.inventory = list(inventory)
         if self.driver_version is None:
             self.driver_version = driver_version
+        return self.drop_replaced()
+
+    def restore_events(self, events: Sequence[XidEvent], now: float) -> int:
+        """Put back the XID events of an earlier run of the agent (``fault_journal.restore``).
+
+        They are neither counted nor journaled again: they are not news. Events of a GPU that was
+        replaced meanwhile are dropped (see ``drop_replaced``); returns how many.
+        """
+        kept = [event for event in events if not self._replaced(event)]
+        merged = sorted(list(self.events) + kept, key=lambda event: event.timestamp or now)
+        self.events = deque(merged, maxlen=MAX_EVENTS)
+        self._prune(now)
+        self.verdict = self._evaluate(now)
+        return len(events) - len(kept)
+
+    def drop_replaced(self) -> int:
+        """Drop the XID events of GPUs that are not there any more: NVML now shows another UUID
+        at the event's PCI address (or, without one, its index). Returns how many were dropped."""
+        kept = [event for event in self.events if not self._replaced(event)]
+        dropped = len(self.events) - len(kept)
+        if dropped:
+            self.events = deque(kept, maxlen=MAX_EVENTS)
+        return dropped
 
     def add_events(self, events: Sequence[XidEvent], now: float) -> List[HealthEvent]:
         fresh: List[Tuple[XidEvent, bool]] = []
@@ -235,6 +259,18 @@ class NodeState:
         while self._recent and (self._recent[0].timestamp or now) < now - DUPLICATE_S:
             self._recent.popleft()
         return dropped
+
+    def _replaced(self, event: XidEvent) -> bool:
+        if not event.gpu_uuid:
+            return False
+        for gpu in self.inventory:
+            if event.pci_bus_id is not None and gpu.pci_bus_id is not None:
+                here = gpu.pci_bus_id == event.pci_bus_id
+            else:
+                here = event.gpu_index is not None and gpu.index == event.gpu_index
+            if here:
+                return bool(gpu.uuid) and gpu.uuid != event.gpu_uuid
+        return False  # not in the inventory (or none yet): nothing says it was replaced
 
     def _is_duplicate(self, event: XidEvent) -> bool:
         for seen in self._recent:
