@@ -160,10 +160,12 @@ class Agent:
         self._queue.put(("stop",))
 
     def run(self) -> int:
-        self._start_metrics()
-        self._start_publishers()
+        # NVML and the fault journal first, so the first scrape and the first condition already
+        # carry a restored fault (NVML unavailable now: the first snapshot retries and says so).
         self._open_nvml()
         self.restore()
+        self._start_metrics()
+        self._start_publishers()
         self._start_follower()
         nvml_thread = threading.Thread(target=self._nvml_events, name="nvml-events", daemon=True)
         nvml_thread.start()
@@ -428,6 +430,7 @@ class Agent:
             kept = len(restored.events) - replaced
         LOG.info("fault journal read", extra={"path": path, "restored": kept, "dropped": dropped,
                                               "cleared_by": restored.cleared_by})
+        self._publish([])  # the metrics' view, before anything is published
         if kept or dropped:
             # The audit trail says why the node is still (or no longer) unhealthy after a restart.
             self._journal({"time": now, "node": self.config.node, "event": "restored", "restored": kept,
