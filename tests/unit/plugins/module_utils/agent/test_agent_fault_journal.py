@@ -199,6 +199,8 @@ def test_an_unreadable_fault_journal_is_ignored(node):
     agent._open_nvml()
     agent.restore()  # and the write that follows fails too: counted, not raised
     assert agent.view.errors["journal"] == 2
+    agent._snapshot(0.0)  # the next tick does not retry (and count) at once: it backs off
+    assert agent.view.errors["journal"] == 2 and agent._fault_journal_dirty
 
 
 def test_the_fault_journal_is_bounded(node):
