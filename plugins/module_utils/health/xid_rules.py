@@ -19,9 +19,11 @@ these are the rules that read it (all "on the same GPU, in the window"):
   status; otherwise, and always for 74, the action is DECODE with the raw text.
 * XIDs 144-150: the sheet has one IntrInfo column for drivers before R575 (V1)
   and one from R575 (V2). With the driver version (NVML gives it) the matching
-  column decides; without it, when the two columns give different outcomes, the
-  fault says ``decode="ambiguous"``, names both candidate rows and asks for DECODE
-  rather than picking the stricter row.
+  column decides; without it the line picks its own column (the subcode name or
+  bits differ between columns), and when both columns fit with different outcomes
+  the fault says ``decode="ambiguous"``, names both candidate rows and asks for
+  DECODE rather than picking the stricter row: conservative both ways, a guess
+  neither ignores the fault nor fences the node, and repeats make it fatal.
 * A known XID whose catalog action is CONTACT_SUPPORT is fatal: the node is
   fenced and held for a human. An XID missing from the catalog is
   CONTACT_SUPPORT, non-fatal until repeated, reported with ``unknown=True`` and
