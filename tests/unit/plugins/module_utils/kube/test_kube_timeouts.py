@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import client
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.agent_client import AgentApi, Credentials
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -131,3 +132,16 @@ def test_timeouts_from_parameters():
     assert kube_timeouts({}) == (5.0, 30.0)
     assert kube_timeouts({"kube_connect_timeout": 2, "kube_read_timeout": 90.5}) == (2.0, 90.5)
     assert client.timeout_argspec()["kube_read_timeout"] == {"type": "float", "default": 30.0}
+
+
+def test_the_agents_client_names_the_server_within_its_timeout(hung_server):
+    """The health agent's own HTTPS client (kube/agent_client.py): the TLS handshake never ends."""
+    server = "https://%s" % hung_server.address
+    api = AgentApi(Credentials(server=server, token="not-a-secret"))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as caught:
+        api.patch_node_status("gpu-a-001", {"status": {}}, _request_timeout=1.0)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0 + MARGIN, elapsed
+    assert "the Kubernetes API server %s did not answer within 1 s" % server in str(caught.value), caught.value
+    assert len(hung_server.accepted) == 1
