@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 from agent_probe import AgentProbe
-from lab_harness import REPO, VENV_BIN
+from lab_harness import REPO, VENV_BIN, unestablished_crds
 
 pytestmark = [pytest.mark.integration]
 
@@ -461,7 +461,8 @@ def capi(lab):
     crds = capi_crd_dir()
     # Server-side: the CRD is too big for kubectl's last-applied annotation.
     kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crds / "cluster.x-k8s.io_machines.yaml"))
-    kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s", "crd/machines.%s" % CAPI_GROUP)
+    # Polled: right after the create the CRD has no status yet, and `kubectl wait` fails on that at once.
+    wait_for("the Machine CRD Established", lambda: not unestablished_crds(lab, ["machines.%s" % CAPI_GROUP]))
     kubectl(lab, "create", "namespace", CAPI_NAMESPACE)
     helper = Capi(lab)
     try:
