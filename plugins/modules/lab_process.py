@@ -54,8 +54,35 @@ options:
         description: Working directory of this process (O(chdir) by default).
         type: path
       wait_for:
-        description: Readiness check, as O(wait_for).
+        description: Readiness check of this process, as O(wait_for) (O(wait_for) by default).
         type: dict
+        suboptions:
+          tcp:
+            description: V(host:port) that must accept a connection.
+            type: str
+          http:
+            description: URL that must answer 2xx.
+            type: str
+          file:
+            description: Path that must exist.
+            type: path
+          ca:
+            description: CA bundle for an V(https) O(processes[].wait_for.http).
+            type: path
+          cert:
+            description: Client certificate for an V(https) O(processes[].wait_for.http).
+            type: path
+          key:
+            description: Client key for O(processes[].wait_for.cert).
+            type: path
+          insecure:
+            description: Skip TLS verification of O(processes[].wait_for.http).
+            type: bool
+            default: false
+          timeout:
+            description: Seconds to wait.
+            type: float
+            default: 60
   argv:
     description: Program and arguments, as a list. Never a shell string.
     type: list
