@@ -118,6 +118,8 @@ reasons:
   sample: {apiserver: "certificate /lab/kube/apiserver.crt has SANs ['DNS:localhost'], not ['DNS:localhost', 'IP:::1']"}
 """
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -152,8 +154,11 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     if not HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib("cryptography"))
+    min_days = module.params["min_days"]
+    if not math.isfinite(min_days) or not 0 <= min_days <= 36500:
+        module.fail_json(msg="min_days: must be a number of days from 0 to 36500, got %r" % min_days)
     try:
-        found = assess(parse(module.params["certificates"]), module.params["min_days"])
+        found = assess(parse(module.params["certificates"]), min_days)
     except FieldError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **found)
