@@ -1,9 +1,15 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""A hung server for the timeout tests: it accepts every TCP connection and never writes a byte."""
+"""A hung server for the timeout tests: it accepts every TCP connection and never writes a byte.
+
+``hung_server`` also warms the ``kubernetes`` client once per session (one call to a closed port,
+refused at once): in a fresh virtual environment (ansible-test units) the first use of CoreV1Api
+compiles and imports its large modules, which takes seconds on a loaded machine and is not the
+timeout the tests measure."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from typing import Iterator, List
@@ -47,8 +53,26 @@ class HungServer:
         self.listener.close()
 
 
+@pytest.fixture(scope="session")
+def warm_kubernetes_client(tmp_path_factory) -> None:
+    try:
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+    except ImportError:  # pragma: no cover - the tests that need it import it themselves
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    kubeconfig = tmp_path_factory.mktemp("warm") / "closed.kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- {name: c, cluster: {server: 'http://127.0.0.1:%d'}}\n"
+        "users:\n- {name: u, user: {token: t}}\ncontexts:\n- {name: c, context: {cluster: c, user: u}}\n"
+        "current-context: c\n" % closed)
+    with contextlib.suppress(Exception):  # refused: the point was the imports on the way
+        core_v1(str(kubeconfig), timeout=(2.0, 2.0)).read_node("warm-up")
+
+
 @pytest.fixture
-def hung_server() -> Iterator[HungServer]:
+def hung_server(warm_kubernetes_client) -> Iterator[HungServer]:
     server = HungServer()
     try:
         yield server
