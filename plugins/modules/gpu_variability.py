@@ -30,6 +30,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 options:
   state:
     description:
@@ -191,7 +192,11 @@ dry_run:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    core_v1,
+    kube_timeouts,
+    timeout_argspec,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
@@ -221,6 +226,7 @@ def argspec():
         timeout=dict(type="float", default=30),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 
@@ -229,11 +235,12 @@ def main():
                            required_if=[("state", "present", ["measurements"])])
     p = module.params
     try:
+        timeouts = kube_timeouts(p)
         slurm = None
         if p["publish_slurm"]:
             slurm = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"],
                                             bin_dir=p["bin_dir"], timeout=p["timeout"], check_mode=module.check_mode))
-        kube = NodeWriter(core_v1(p["kubeconfig"], p["context"])) if p["publish_kube"] else None
+        kube = NodeWriter(core_v1(p["kubeconfig"], p["context"], timeouts)) if p["publish_kube"] else None
         publisher = Publisher(p["state_dir"], slurm, kube, check_mode=module.check_mode)
         if p["state"] == "absent":
             result = api.absent(publisher)

@@ -24,8 +24,65 @@ options:
   name:
     description:
       - Name of the process; the record is O(run_dir)/O(name).pid.
-      - Required unless O(all=true).
+      - Required unless O(all=true) or O(processes).
     type: str
+  processes:
+    description:
+      - Several processes in one module run (one Python start instead of one per process), each
+        with its own O(processes[].name), O(processes[].argv), O(processes[].env) and
+        O(processes[].wait_for); O(run_dir), O(log_dir), O(chdir), O(user) and O(stop_timeout)
+        are shared, as is O(wait_for) for an entry without one.
+      - They are handled one after the other, in the order given; the first that fails stops the run,
+        naming it (V(processes[2]) and its name).
+      - With O(state=stopped), only each entry's O(processes[].name) is used.
+    type: list
+    elements: dict
+    version_added: 0.5.0
+    suboptions:
+      name:
+        description: Name of the process.
+        type: str
+        required: true
+      argv:
+        description: Program and arguments. Required with O(state=started).
+        type: list
+        elements: str
+      env:
+        description: Extra environment variables.
+        type: dict
+      chdir:
+        description: Working directory of this process (O(chdir) by default).
+        type: path
+      wait_for:
+        description: Readiness check of this process, as O(wait_for) (O(wait_for) by default).
+        type: dict
+        suboptions:
+          tcp:
+            description: V(host:port) that must accept a connection.
+            type: str
+          http:
+            description: URL that must answer 2xx.
+            type: str
+          file:
+            description: Path that must exist.
+            type: path
+          ca:
+            description: CA bundle for an V(https) O(processes[].wait_for.http).
+            type: path
+          cert:
+            description: Client certificate for an V(https) O(processes[].wait_for.http).
+            type: path
+          key:
+            description: Client key for O(processes[].wait_for.cert).
+            type: path
+          insecure:
+            description: Skip TLS verification of O(processes[].wait_for.http).
+            type: bool
+            default: false
+          timeout:
+            description: Seconds to wait.
+            type: float
+            default: 60
   argv:
     description: Program and arguments, as a list. Never a shell string.
     type: list
@@ -116,6 +173,17 @@ EXAMPLES = r"""
       ca: /var/tmp/gpufleet-lab/kube/ca.crt
       timeout: 90
 
+- name: Run the slurmd of two nodes in one module run
+  gpufleet.resilience.lab_process:
+    run_dir: /var/tmp/gpufleet-lab/run
+    processes:
+      - name: slurmd-gpu-a-001
+        argv: [/usr/sbin/slurmd, -D, -N, gpu-a-001, -f, /var/tmp/gpufleet-lab/slurm/slurm.conf]
+        wait_for: {tcp: "127.0.0.1:17001", timeout: 60}
+      - name: slurmd-gpu-a-002
+        argv: [/usr/sbin/slurmd, -D, -N, gpu-a-002, -f, /var/tmp/gpufleet-lab/slurm/slurm.conf]
+        wait_for: {tcp: "127.0.0.1:17002", timeout: 60}
+
 - name: Stop everything the lab started
   gpufleet.resilience.lab_process:
     run_dir: /var/tmp/gpufleet-lab/run
@@ -145,6 +213,14 @@ ready_after:
   returned: when a process was started with O(wait_for)
   type: float
   sample: 2.4
+results:
+  description:
+    - With O(processes), one entry per process, in order, with its C(name), C(changed), C(action) and
+      C(pid) or C(stopped).
+  returned: when O(processes) is given
+  type: list
+  elements: dict
+  sample: [{name: slurmd-gpu-a-001, changed: false, action: none, pid: 4242}]
 """
 
 import os
@@ -160,10 +236,23 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.process im
     stop_all,
 )
 
+_WAIT_FOR = dict(
+    tcp=dict(type="str"), http=dict(type="str"), file=dict(type="path"),
+    ca=dict(type="path"), cert=dict(type="path"), key=dict(type="path", no_log=False),
+    insecure=dict(type="bool", default=False), timeout=dict(type="float", default=60),
+)
+
 
 def argspec():
     return dict(
         name=dict(type="str"),
+        processes=dict(type="list", elements="dict", options=dict(
+            name=dict(type="str", required=True),
+            argv=dict(type="list", elements="str"),
+            env=dict(type="dict"),
+            chdir=dict(type="path"),
+            wait_for=dict(type="dict", options=_WAIT_FOR),
+        )),
         argv=dict(type="list", elements="str"),
         env=dict(type="dict", default={}),
         chdir=dict(type="path"),
@@ -173,12 +262,39 @@ def argspec():
         state=dict(type="str", choices=["started", "stopped"], default="started"),
         all=dict(type="bool", default=False),
         stop_timeout=dict(type="float", default=15),
-        wait_for=dict(type="dict", options=dict(
-            tcp=dict(type="str"), http=dict(type="str"), file=dict(type="path"),
-            ca=dict(type="path"), cert=dict(type="path"), key=dict(type="path", no_log=False),
-            insecure=dict(type="bool", default=False), timeout=dict(type="float", default=60),
-        )),
+        wait_for=dict(type="dict", options=_WAIT_FOR),
     )
+
+
+def _log_dir(params):
+    return params["log_dir"] or os.path.join(os.path.dirname(params["run_dir"].rstrip("/")), "log")
+
+
+def run_many(module):
+    """Each of O(processes) in order; (changed, results). A failure names the entry."""
+    params = module.params
+    results = []
+    for index, entry in enumerate(params["processes"]):
+        try:
+            if params["state"] == "stopped":
+                outcome = ensure_stopped(params["run_dir"], [entry["name"]], module.check_mode, params["stop_timeout"])
+                results.append(dict(name=entry["name"], changed=outcome.changed, action=outcome.action,
+                                    stopped=outcome.stopped))
+                continue
+            if not entry.get("argv"):
+                raise LabProcessError("argv: is required with state started")
+            spec = ProcessSpec(name=entry["name"], argv=entry["argv"], env=entry["env"] or params["env"],
+                               chdir=entry["chdir"] or params["chdir"], user=params["user"], run_dir=params["run_dir"],
+                               log_dir=_log_dir(params))
+            wait_for = entry["wait_for"] or params["wait_for"]
+            check = ReadinessCheck(**wait_for) if wait_for else None
+            outcome = ensure_started(spec, check, module.check_mode, params["stop_timeout"])
+        except LabProcessError as exc:
+            module.fail_json(msg="processes[%d] (%s): %s" % (index, entry["name"], exc), results=results,
+                             changed=any(result["changed"] for result in results))
+        results.append(dict(name=entry["name"], changed=outcome.changed, action=outcome.action, pid=outcome.pid,
+                            ready_after=outcome.ready_after))
+    return any(result["changed"] for result in results), results
 
 
 def run(module):
@@ -190,7 +306,7 @@ def run(module):
         return ensure_stopped(run_dir, [params["name"]], module.check_mode, params["stop_timeout"])
     spec = ProcessSpec(
         name=params["name"], argv=params["argv"], env=params["env"], chdir=params["chdir"], user=params["user"],
-        run_dir=run_dir, log_dir=params["log_dir"] or os.path.join(os.path.dirname(run_dir.rstrip("/")), "log"),
+        run_dir=run_dir, log_dir=_log_dir(params),
     )
     check = ReadinessCheck(**params["wait_for"]) if params["wait_for"] else None
     return ensure_started(spec, check, module.check_mode, params["stop_timeout"])
@@ -200,9 +316,14 @@ def main():
     module = AnsibleModule(
         argument_spec=argspec(),
         supports_check_mode=True,
-        required_if=[("state", "started", ("name", "argv")), ("all", False, ("name",))],
-        mutually_exclusive=[("all", "name")],
+        required_if=[("state", "started", ("name", "processes"), True), ("all", False, ("name", "processes"), True)],
+        mutually_exclusive=[("all", "name", "processes"), ("processes", "argv")],
     )
+    if module.params["processes"] is not None:
+        changed, results = run_many(module)
+        module.exit_json(changed=changed, action="change" if changed else "none", results=results)
+    if module.params["state"] == "started" and not module.params["argv"]:
+        module.fail_json(msg="argv: is required with state started and a name")
     try:
         outcome = run(module)
     except LabProcessError as exc:

@@ -27,6 +27,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 options:
   name:
     description: Name of the Node. A name the cluster does not know fails the module, naming it.
@@ -157,7 +158,11 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    core_v1,
+    kube_timeouts,
+    timeout_argspec,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.eviction import EvictionApi, drain_node
 
 
@@ -171,6 +176,7 @@ def argspec():
         fail_on_blocked=dict(type="bool", default=False),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 
@@ -178,7 +184,7 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     p = module.params
     try:
-        api = EvictionApi(core_v1(p["kubeconfig"], p["context"]))
+        api = EvictionApi(core_v1(p["kubeconfig"], p["context"], kube_timeouts(p)))
         result = drain_node(
             api, p["name"], p["timeout"], p["poll"], p["grace_period"], p["skip_daemonsets"], module.check_mode
         ).as_dict()

@@ -17,6 +17,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
   - gpufleet.resilience.attributes.read_only
 options:
   name:
@@ -58,7 +59,11 @@ by:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    core_v1,
+    kube_timeouts,
+    timeout_argspec,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.opt_out import opted_out
 
 
@@ -69,12 +74,14 @@ def main():
             label=dict(type="str", default="gpufleet.io/remediation=disabled"),
             kubeconfig=dict(type="path"),
             context=dict(type="str"),
+            **timeout_argspec(),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
-        result = opted_out(core_v1(params["kubeconfig"], params["context"]), params["name"], params["label"])
+        api = core_v1(params["kubeconfig"], params["context"], kube_timeouts(params))
+        result = opted_out(api, params["name"], params["label"])
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     module.exit_json(changed=False, **result)

@@ -25,6 +25,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
   - gpufleet.resilience.node_pools
 options:
   pools:
@@ -98,7 +99,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import parse_pools
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    core_v1,
+    kube_timeouts,
+    timeout_argspec,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.pool_nodes import mark_pools
 
@@ -109,6 +114,7 @@ def argspec():
         variable=dict(type="str", default="gpufleet_node_pools"),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 
@@ -116,8 +122,9 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     params = module.params
     try:
+        timeouts = kube_timeouts(params)
         pools = parse_pools(params["pools"], params["variable"], require_selector=True)
-        writer = NodeWriter(core_v1(params["kubeconfig"], params["context"]))
+        writer = NodeWriter(core_v1(params["kubeconfig"], params["context"], timeouts))
         result = mark_pools(writer, pools, params["variable"], check_mode=module.check_mode)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))

@@ -27,6 +27,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 options:
   name:
     description: Name of the Node. A name the cluster does not know fails the module, naming it.
@@ -139,7 +140,11 @@ attempts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    core_v1,
+    kube_timeouts,
+    timeout_argspec,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import QuarantineSpec, quarantine_node
 
@@ -155,6 +160,7 @@ def argspec():
         remediation_id=dict(type="str"),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 
@@ -163,7 +169,7 @@ def main():
     p = module.params
     want = QuarantineSpec(p["taint_key"], p["taint_value"], p["taint_effect"], p["reason"], p["remediation_id"])
     try:
-        writer = NodeWriter(core_v1(p["kubeconfig"], p["context"]))
+        writer = NodeWriter(core_v1(p["kubeconfig"], p["context"], kube_timeouts(p)))
         result = quarantine_node(writer, p["name"], p["state"], want, check_mode=module.check_mode)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))

@@ -34,6 +34,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 options:
   name:
     description:
@@ -234,6 +235,7 @@ stderr:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.replace.api import ReplaceRequest, replace_node
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
@@ -250,6 +252,7 @@ def argspec():
         slurm_conf=dict(type="path"),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
         wait_timeout=dict(type="float", default=300),
         clusterapi_namespace=dict(type="str"),
         command=dict(type="list", elements="str"),

@@ -20,6 +20,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 attributes:
   check_mode:
     support: full
@@ -98,6 +99,7 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import record_phase
 
 
@@ -114,6 +116,7 @@ def argspec():
         namespace=dict(type="str", default="gpufleet-system"),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 

@@ -24,6 +24,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.kube
 attributes:
   check_mode:
     support: full
@@ -148,6 +149,7 @@ alerts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import start
 
 
@@ -165,6 +167,7 @@ def argspec():
         alertmanager_url=dict(type="str"),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
+        **timeout_argspec(),
     )
 
 

@@ -153,6 +153,25 @@ class Lab:
         raise AssertionError("job %s did not finish in %ss: %s" % (job_id, timeout, fields))
 
 
+def unestablished_crds(lab: "Lab", names: List[str]) -> List[str]:
+    """The CRDs among `names` that the API server does not serve yet: no Established=True condition.
+
+    A CRD created an instant ago has no status at all, and `kubectl wait --for=condition=Established`
+    fails at once on it (`.status.conditions accessor error: <nil>`) instead of waiting; poll this
+    with a deadline instead (e.g. agent_probe.wait_for).
+    """
+    from kubernetes import client
+
+    api = client.ApiextensionsV1Api(lab.kube().api_client)
+    pending = []
+    for name in names:
+        status = api.read_custom_resource_definition(name).status
+        conditions = (status.conditions if status is not None else None) or []
+        if not any(c.type == "Established" and c.status == "True" for c in conditions):
+            pending.append(name)
+    return pending
+
+
 def descendants_alive(pids: List[int]) -> List[int]:
     """PIDs in the list that still exist (and are not zombies)."""
     alive = []

@@ -68,6 +68,9 @@ NVLINK_COUNTERS_EVERY = 10
 # without an XID) waits for the next write, or POSITION_EVERY_S.
 FAULT_JOURNAL_MIN_S = 0.5
 POSITION_EVERY_S = 10.0
+# After a failed write (a full or read-only disk) the snapshot tick retries this much later, so the
+# error is counted and logged every 30 s, not every second.
+FAULT_JOURNAL_RETRY_S = 30.0
 
 
 def with_previous_counters(snapshots: List[GpuSnapshot], previous: List[GpuSnapshot]) -> List[GpuSnapshot]:
@@ -102,6 +105,7 @@ class Agent:
         self._fault_journal_dirty = False
         self._position_dirty = False
         self._fault_journal_written = float("-inf")  # monotonic
+        self._fault_journal_retry_at = float("-inf")  # monotonic
         self.state = NodeState(config.node, build_thresholds(config.thresholds), config.driver_version)
         self._lock = threading.Lock()
         self._queue: "queue.Queue[tuple]" = queue.Queue()
@@ -160,10 +164,12 @@ class Agent:
         self._queue.put(("stop",))
 
     def run(self) -> int:
-        self._start_metrics()
-        self._start_publishers()
+        # NVML and the fault journal first, so the first scrape and the first condition already
+        # carry a restored fault (NVML unavailable now: the first snapshot retries and says so).
         self._open_nvml()
         self.restore()
+        self._start_metrics()
+        self._start_publishers()
         self._start_follower()
         nvml_thread = threading.Thread(target=self._nvml_events, name="nvml-events", daemon=True)
         nvml_thread.start()
@@ -362,8 +368,9 @@ class Agent:
             self.view.snapshot_duration = time.monotonic() - started
             self.view.last_snapshot = now
         self._publish(records, always=True)
-        if self._fault_journal_dirty or (
-                self._position_dirty and time.monotonic() - self._fault_journal_written >= POSITION_EVERY_S):
+        moment = time.monotonic()
+        if moment >= self._fault_journal_retry_at and (self._fault_journal_dirty or (
+                self._position_dirty and moment - self._fault_journal_written >= POSITION_EVERY_S)):
             self.persist(force=True)
 
     def _publish(self, records: List[HealthEvent], always: bool = False) -> None:
@@ -428,6 +435,7 @@ class Agent:
             kept = len(restored.events) - replaced
         LOG.info("fault journal read", extra={"path": path, "restored": kept, "dropped": dropped,
                                               "cleared_by": restored.cleared_by})
+        self._publish([])  # the metrics' view, before anything is published
         if kept or dropped:
             # The audit trail says why the node is still (or no longer) unhealthy after a restart.
             self._journal({"time": now, "node": self.config.node, "event": "restored", "restored": kept,
@@ -448,6 +456,7 @@ class Agent:
             fault_journal.write(self.fault_journal_path, content)
         except OSError as exc:
             self._fault_journal_dirty = True
+            self._fault_journal_retry_at = time.monotonic() + FAULT_JOURNAL_RETRY_S
             self.count_error("journal", "cannot write the fault journal %s: %s" % (self.fault_journal_path, exc))
 
     def _gpus_replaced(self, dropped: int) -> None:

@@ -39,7 +39,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_path,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
@@ -63,7 +63,7 @@ class DrillRefused(GpufleetError):
 def _kube(params: Mapping[str, Any]) -> Any:
     if params.get("kubeconfig") is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         return None  # bare metal: no Kubernetes, the inventory opts nodes in
-    return core_v1(params.get("kubeconfig"), params.get("context"))
+    return core_v1(params.get("kubeconfig"), params.get("context"), kube_timeouts(params))
 
 
 def _slurm(params: Mapping[str, Any]) -> Optional[SlurmClient]:
@@ -143,6 +143,7 @@ def revert_here(entry: Mapping[str, Any]) -> bool:
 def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     return {"lab_dir": params.get("lab_dir"), "slurm_conf": params.get("slurm_conf"), "check_mode": check_mode,
             "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
+            "kube_timeout": kube_timeouts(params),
             "namespace": params.get("chaos_namespace") or "gpufleet-chaos"}
 
 

@@ -12,6 +12,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     ApiException,
     TransportError,
     api_failure,
+    kube_timeouts,
+    timeout_argspec,
     unreachable,
 )
 
@@ -25,6 +27,7 @@ def common_argspec(**extra: Any) -> Dict[str, Any]:
         lab_dir=dict(type="path"),
         slurm_conf=dict(type="path"),
         slurm_bin_dir=dict(type="path"),
+        **timeout_argspec(),
     )
     spec.update(extra)
     return spec
@@ -33,6 +36,7 @@ def common_argspec(**extra: Any) -> Dict[str, Any]:
 def run_module(module: Any, call: Callable[[], Dict[str, Any]]) -> None:
     try:
         try:
+            kube_timeouts(module.params)  # refused before anything is done
             result = call()
         except ApiException as exc:  # a refusal the drill code did not expect: typed, never a traceback
             raise api_failure(exc, "Kubernetes API") from exc

@@ -510,7 +510,7 @@ def _core_v1(ctx: Mapping[str, Any]) -> Any:
     kubeconfig = ctx.get("kubeconfig")
     if not kubeconfig and ctx.get("lab_dir"):
         kubeconfig = os.path.join(str(ctx["lab_dir"]), "kube", "admin.kubeconfig")
-    return core_v1(kubeconfig, ctx.get("context"))
+    return core_v1(kubeconfig, ctx.get("context"), ctx.get("kube_timeout"))
 
 
 def _dry_run(ctx: Mapping[str, Any]) -> Dict[str, Any]:

@@ -29,9 +29,17 @@ RANGE_STEP = "0.1"
 FENCED_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING")
 
 
-def http_json(url: str, timeout: float = 5.0) -> Any:
+# Seconds each Prometheus/Alertmanager read may take: it bounds the connection and every read (a server
+# that accepts and never answers fails the probe after it, naming the URL). The watch loop's own
+# deadlines are far longer, so a hung Prometheus costs one probe, not the drill.
+HTTP_TIMEOUT = 5.0
+
+
+def http_json(url: str, timeout: Optional[float] = None) -> Any:
     try:
-        return json.loads(open_url(url, timeout=timeout, method="GET").read())
+        answer = open_url(url, timeout=HTTP_TIMEOUT if timeout is None else timeout, method="GET")
+        with answer:
+            return json.loads(answer.read())
     except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: one message for all
         raise GpufleetError("cannot read %s: %s" % (url, exc)) from exc
 

@@ -5,18 +5,24 @@
 Recognised messages (the driver's own format strings):
 
 * ``NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.``
-  with ``pid='<unknown>', name=<unknown>``, with MIG ``(PCI:0000:3b:00 GPU-I:01 GPU-CI:00)``,
-  and the old style without ``PCI:``: ``NVRM: Xid (0000:03:00): 14, Channel 00000001``;
+  (also ``PCI:0000:3b:00.0``, and ``PCI:3b:00`` without the domain), with
+  ``pid='<unknown>', name=<unknown>``, with MIG ``(PCI:0000:3b:00 GPU-I:01 GPU-CI:00)``, and the
+  old style without ``PCI:``: ``NVRM: Xid (0000:03:00): 14, Channel 00000001``;
   NVLink5 (144-150) and recovery-action (154) messages are this shape too;
 * NVSwitch: ``nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ...``
-  (kind ``sxid``; the ``Severity ...`` and ``Data {...}`` lines that follow are one event);
+  (kind ``sxid``; its "Fatal"/"Non-fatal" word stays first in ``message``; the ``Severity ...``
+  and ``Data {...}`` detail lines that follow with the same switch and code are not events:
+  they are appended to that event's ``raw``);
 * "fallen off the bus" without an Xid: the three-line ``NVRM: The NVIDIA GPU 0000:3b:00.0`` /
   ``NVRM: (PCI ID: 10de:2330) installed in this system has`` / ``NVRM: fallen off the bus and
   is not responding to commands.``, and the one-line ``NVRM: GPU 0000:3b:00.0: GPU has fallen
   off the bus.`` (also without the PCI domain: ``NVRM: GPU 18:00.0: ...``, read as
   ``0000:18:00.0``) (kind ``fallen_off_bus``, XID 79);
-* ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>``: not an event, but every event of that PCI id,
-  before or after it, gets the UUID.
+* ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>`` (any PCI form): not an event, but every event of
+  that PCI id, before or after it, gets the UUID.
+
+Every PCI id is normalized (``normalize_pci_bus_id``: ``dddd:bb:dd.f``, lower case, domain 0000
+when the line has none), so the events of one GPU meet whichever line or NVML reported them.
 
 Line prefixes, in any combination: dmesg ``[ 1234.567890] ``, ``dmesg -x`` ``kern  :err   : ``,
 ``dmesg -T`` ``[Sun Nov 29 03:12:01 2026] ``, ``<3>`` priorities, ``/dev/kmsg`` records
@@ -52,10 +58,12 @@ MAX_LINE = 4096
 # The three "fallen off the bus" lines come together; further apart they are not one message.
 FALLEN_HEADER_MAX_LINES = 16
 
-_PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
-# The "fallen off the bus" messages also print the id without its domain (``18:00.0``);
-# normalize_pci_bus_id gives it domain 0000.
-_PCI_OPTIONAL_DOMAIN = r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
+# A PCI id as the driver prints it: ``0000:18:00``, ``0000:18:00.0``, ``00000000:18:00.0`` and,
+# in some messages and drivers, without the domain (``18:00.0``, ``18:00``). The domain is
+# optional everywhere so that a fault maps to the same GPU whichever line reported it:
+# normalize_pci_bus_id makes every form ``dddd:bb:dd.f`` (lower case, domain 0000 when absent),
+# the form NVML's ids are normalized to as well.
+_PCI = r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
 
 # Prefixes, each anchored at the start of what is left of the line.
 _KMSG = re.compile(r"(\d{1,3}),\d{1,20},(\d{1,20}),[^;]{0,16};")
@@ -78,10 +86,10 @@ _MIG_GI = re.compile(r"GPU-I:\s?([0-9A-Fa-f]{1,8})")
 _MIG_CI = re.compile(r"GPU-CI:\s?([0-9A-Fa-f]{1,8})")
 _PID_NAME = re.compile(r"pid=('?<unknown>'?|\d{1,12}),\s{0,4}name=([^,]{0,256}),\s?")
 _UUID_MAP = re.compile(r"NVRM:\s{0,4}GPU at PCI:(" + _PCI + r"):\s{0,4}(GPU-[0-9A-Fa-f-]{8,64})")
-_FALLEN_HEADER = re.compile(r"NVRM:\s{0,4}The NVIDIA GPU (" + _PCI_OPTIONAL_DOMAIN + r")")
+_FALLEN_HEADER = re.compile(r"NVRM:\s{0,4}The NVIDIA GPU (" + _PCI + r")")
 _FALLEN_TAIL = re.compile(r"NVRM:.{0,64}fallen off the bus and is not responding")
 _FALLEN_ONE_LINE = re.compile(
-    r"NVRM:\s{0,4}GPU (?:PCI:)?(" + _PCI_OPTIONAL_DOMAIN + r"):\s{0,4}GPU has fallen off the bus"
+    r"NVRM:\s{0,4}GPU (?:PCI:)?(" + _PCI + r"):\s{0,4}GPU has fallen off the bus"
 )
 
 _SXID_CONTINUATION = ("Severity ", "Data {")
@@ -177,6 +185,9 @@ class KernelLogParser:
         self.events: List[XidEvent] = []
         self.uuid_by_pci: Dict[str, str] = {}
         self._fallen_header: Optional[Tuple[Optional[str], Optional[float], Optional[float], str, int]] = None
+        # Index in ``events`` of the last SXid headline of each (switch PCI id, code), for its
+        # detail lines: two switches' messages can interleave.
+        self._sxid_headlines: Dict[Tuple[Optional[str], int], int] = {}
         self._line_number = 0
 
     def _stamp(self, timestamp: Optional[float], uptime: Optional[float]) -> Optional[float]:
@@ -249,13 +260,34 @@ class KernelLogParser:
         match = _SXID.match(body)
         if match is None:
             return
+        switch, code = normalize_pci_bus_id(match.group(1)), int(match.group(2))
         message = match.group(3).strip()
         if message.startswith(_SXID_CONTINUATION):
-            return  # detail lines of the SXid just reported
+            self._sxid_detail(switch, code, text)
+            return
+        # The "Fatal"/"Non-fatal" word stays first in ``message``: xid_rules reads the severity from it.
         self.events.append(XidEvent(
-            xid=int(match.group(2)), source=SOURCE, kind="sxid", pci_bus_id=normalize_pci_bus_id(match.group(1)),
+            xid=code, source=SOURCE, kind="sxid", pci_bus_id=switch,
             message=message, timestamp=self._stamp(timestamp, uptime), uptime_s=uptime, raw=text,
         ))
+        self._sxid_headlines[(switch, code)] = len(self.events) - 1
+
+    def _sxid_detail(self, switch: Optional[str], code: int, text: str) -> None:
+        """Attach a ``Severity ...`` / ``Data {...}`` line to the SXid it follows; never a new event.
+
+        The NVSwitch driver prints one SXid as a headline and then detail lines that repeat its
+        switch and code. They belong to the last headline of the same switch and code (another
+        switch's lines may come in between); counting them
+        would turn one error into three (and a repeat count into a false escalation). A detail
+        line whose SXid was already handed out by ``take`` (or never seen) is dropped: the
+        event was reported, and the detail alone says nothing about severity.
+        """
+        index = self._sxid_headlines.get((switch, code))
+        if index is None or index >= len(self.events):
+            return
+        event = self.events[index]
+        if event.kind == "sxid" and event.xid == code and event.pci_bus_id == switch:
+            self.events[index] = replace(event, raw=event.raw + "\n" + text)
 
     def _fallen(self, text: str, timestamp: Optional[float], uptime: Optional[float]) -> None:
         header = self._fallen_header
@@ -279,6 +311,7 @@ class KernelLogParser:
         """The events completed since the last ``take`` (for a follower that reads a live log)."""
         events = self.finish()
         self.events = []
+        self._sxid_headlines = {}  # their events are handed out; later detail lines are dropped
         return events
 
     def finish(self) -> List[XidEvent]:

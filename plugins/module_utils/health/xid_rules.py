@@ -19,16 +19,20 @@ these are the rules that read it (all "on the same GPU, in the window"):
   status; otherwise, and always for 74, the action is DECODE with the raw text.
 * XIDs 144-150: the sheet has one IntrInfo column for drivers before R575 (V1)
   and one from R575 (V2). With the driver version (NVML gives it) the matching
-  column decides; without it, when the two columns give different outcomes, the
-  fault says ``decode="ambiguous"``, names both candidate rows and asks for DECODE
-  rather than picking the stricter row.
+  column decides; without it the line picks its own column (the subcode name or
+  bits differ between columns), and when both columns fit with different outcomes
+  the fault says ``decode="ambiguous"``, names both candidate rows and asks for
+  DECODE rather than picking the stricter row: conservative both ways, a guess
+  neither ignores the fault nor fences the node, and repeats make it fatal.
 * A known XID whose catalog action is CONTACT_SUPPORT is fatal: the node is
   fenced and held for a human. An XID missing from the catalog is
   CONTACT_SUPPORT, non-fatal until repeated, reported with ``unknown=True`` and
   never dropped.
-* NVSwitch SXids: classified by code from the Fabric Manager guide where it says
-  more than the "Fatal"/"Non-fatal" word of the line (``SXID_RULES``); otherwise
-  by that word.
+* NVSwitch SXids: the "Fatal"/"Non-fatal" word of the line decides, except where
+  the Fabric Manager guide says more for a code (``SXID_RULES``): the table can
+  make a printed "Non-fatal" stricter (12028 stalls NVLink traffic) or say what
+  to do with it (single-bit ECC: IGNORE), but a line that says "Fatal" is always
+  fatal. The ``Severity ...``/``Data {...}`` detail lines are not events (kernel_log).
 * Action and severity agree everywhere: IGNORE is never fatal, and an action
   that takes the GPU out of service is always fatal.
 
@@ -181,6 +185,11 @@ def nvlink5_table_version(driver_version: Optional[str]) -> Optional[str]:
     if match is None:
         return None
     return "V2" if int(match.group(1)) >= NVLINK5_V2_DRIVER_MAJOR else "V1"
+
+
+def sxid_printed_fatal(message: str) -> bool:
+    """Whether an SXid headline says "Fatal" (the driver prints "Fatal, " or "Non-fatal, " first)."""
+    return (message or "").lstrip().lower().startswith("fatal")
 
 
 def xid13_location(message: str) -> Optional[str]:
@@ -456,23 +465,25 @@ def _judge_catalog(event: XidEvent, xids_here: Sequence[int], recovery: Optional
     xid = event.xid
     entry = XID_CATALOG.get(xid)
     if event.kind == "sxid":
+        fatal = sxid_printed_fatal(event.message)
         known = SXID_RULES.get(xid)
-        if known is not None:
+        # The guide's table may make a printed "Non-fatal" stricter, never a printed "Fatal" lighter.
+        if known is not None and (not fatal or known[1] == "fatal"):
             name, severity, action, why = known
             return _Judgement(
                 name="NVSWITCH_SXID_%d" % xid, severity=severity, action=action,
                 description="NVSwitch SXid %d (%s)" % (xid, name), detail=why,
                 investigatory_action="CONTACT_SUPPORT", unknown=False,
             )
-        text = event.message.lstrip().lower()
-        fatal = text.startswith("fatal")
+        detail = ("fatal NVSwitch error: the baseboard's GPUs and NVSwitches need a reset -> RESTART_BM" if fatal
+                  else "NVSwitch error outside the XID catalog: CONTACT_SUPPORT")
+        if known is not None:
+            detail = "printed Fatal, which the guide's %s row cannot lower; %s" % (known[0], detail)
         return _Judgement(
             name="NVSWITCH_SXID_%d" % xid, severity="fatal" if fatal else "non-fatal",
             action="RESTART_BM" if fatal else "CONTACT_SUPPORT",
             description="NVSwitch SXid %d (%s)" % (xid, "fatal" if fatal else "non-fatal or unstated severity"),
-            detail=("fatal NVSwitch error: the baseboard's GPUs and NVSwitches need a reset -> RESTART_BM" if fatal
-                    else "NVSwitch error outside the XID catalog: CONTACT_SUPPORT"),
-            investigatory_action="CONTACT_SUPPORT", unknown=True,
+            detail=detail, investigatory_action="CONTACT_SUPPORT", unknown=known is None,
         )
     if entry is None:
         return _Judgement(

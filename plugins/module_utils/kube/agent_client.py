@@ -191,6 +191,10 @@ class AgentApi:
                 self._drop()
                 if attempt == 2:
                     raise
+            except TimeoutError as exc:  # connect, TLS or read: each is bounded by ``timeout``
+                self._drop()
+                raise TimeoutError("the Kubernetes API server %s did not answer within %g s"
+                                   % (self.creds.server, timeout)) from exc
             except Exception:
                 self._drop()
                 raise

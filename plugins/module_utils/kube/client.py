@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+import urllib.parse
+from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.errors import KubeError, api_error
 
 try:
@@ -25,8 +27,10 @@ except ImportError:  # pragma: no cover - reported by kube_client() with a clear
 try:
     # The kubernetes client raises urllib3's errors, not ApiException, when the API server
     # cannot be reached at all (connection refused, TLS, timeouts).
+    from urllib3 import Retry
     from urllib3.exceptions import HTTPError as TransportError
 except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
+    Retry = None
 
     class TransportError(Exception):  # type: ignore[no-redef]
         """Stand-in, as ApiException above."""
@@ -34,15 +38,86 @@ except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
 
 # ApiException is re-exported for the callers that catch it.
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_READ_TIMEOUT",
     "ApiException",
     "KubeError",
+    "NoAnswer",
     "TransportError",
+    "api_client",
     "api_error",
     "api_failure",
     "api_message",
     "core_v1",
+    "kube_timeouts",
+    "timeout_argspec",
     "unreachable",
 ]
+
+# Every call to the API server has both (doc fragment gpufleet.resilience.kube): a server that
+# accepts the connection and never answers fails the call within them instead of hanging the play.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 30.0
+MAX_TIMEOUT = 3600.0
+# A watch is answered only when something changes: its read timeout is its timeoutSeconds plus this.
+WATCH_READ_MARGIN = 30.0
+# A watch without timeoutSeconds lasts what the API server decides (at most 2 x --min-request-timeout,
+# 3600 s by default).
+WATCH_SERVER_MAX = 3600.0
+
+
+class NoAnswer(TransportError, KubeError):  # type: ignore[misc,valid-type]
+    """A call that got no answer from the API server: it names the server, the timeouts and the cause.
+
+    A TransportError, so the callers that handle an unreachable server do; a KubeError too, so a
+    module that catches only the collection's errors still fails through fail_json, not a traceback."""
+
+    def __init__(self, server: str, timeout: Any, cause: Exception) -> None:
+        self.server = server
+        self.timeout = timeout
+        self.cause = cause
+        KubeError.__init__(self, "Kubernetes API server %s (connect timeout %s s, read timeout %s s): %s"
+                           % (server, _seconds(timeout[0]), _seconds(timeout[1]), cause))
+
+
+def _seconds(value: Any) -> str:
+    return "none" if value is None else ("%g" % value)
+
+
+def timeout_argspec() -> Dict[str, Any]:
+    """The argument spec of the modules' Kubernetes timeouts (doc fragment gpufleet.resilience.kube)."""
+    return dict(
+        kube_connect_timeout=dict(type="float", default=DEFAULT_CONNECT_TIMEOUT),
+        kube_read_timeout=dict(type="float", default=DEFAULT_READ_TIMEOUT),
+    )
+
+
+def kube_timeouts(params: Mapping[str, Any]) -> Tuple[float, float]:
+    """(connect, read) from a module's parameters, the defaults where absent; both must be positive."""
+    found = []
+    defaults = (("kube_connect_timeout", DEFAULT_CONNECT_TIMEOUT), ("kube_read_timeout", DEFAULT_READ_TIMEOUT))
+    for name, default in defaults:
+        value = params.get(name)
+        try:
+            value = default if value is None else float(value)
+        except (TypeError, ValueError):
+            raise FieldError(name, "must be a number of seconds, got %r" % (value,)) from None
+        if not 0 < value <= MAX_TIMEOUT:  # refuses NaN too
+            raise FieldError(name, "must be more than 0 and at most %g seconds, got %r" % (MAX_TIMEOUT, value))
+        found.append(value)
+    return found[0], found[1]
+
+
+def _watch_read_timeout(url: str, read: float) -> Optional[float]:
+    """For a watch call (``watch=true`` in the query), its read timeout; None for any other call."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    if (query.get("watch") or [""])[0].lower() not in ("true", "1"):
+        return None
+    try:
+        server_side = float((query.get("timeoutSeconds") or [""])[0])
+    except ValueError:
+        server_side = WATCH_SERVER_MAX
+    return max(read, server_side + WATCH_READ_MARGIN)
 
 
 def api_message(exc: Exception) -> str:
@@ -73,20 +148,68 @@ def api_failure(exc: Exception, what: str) -> KubeError:
 
 
 def unreachable(exc: Exception, what: str) -> KubeError:
-    """The KubeError for a call that never got an answer from the API server."""
+    """The KubeError for a call that never got an answer from the API server (it names the server
+    when the client is ours: ``NoAnswer``)."""
+    if isinstance(exc, NoAnswer):
+        return KubeError("%s: no answer from the %s" % (what, exc))
     return KubeError("%s: cannot reach the Kubernetes API server: %s" % (what, exc))
 
 
-def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> Any:
-    """A CoreV1Api for the kubeconfig (or the in-cluster service account when none is given)."""
+if k8s_client is not None:
+
+    class TimedApiClient(k8s_client.ApiClient):
+        """ApiClient that gives every call (connect, read) timeouts unless the caller passed its own."""
+
+        default_timeout: Tuple[float, float] = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+
+        def call_api(self, method, url, *args, **kwargs):  # pylint: disable=arguments-differ
+            timeout = kwargs.get("_request_timeout")
+            if not timeout:
+                connect, read = self.default_timeout
+                watch_read = _watch_read_timeout(url, read)
+                timeout = (connect, read if watch_read is None else watch_read)
+                kwargs["_request_timeout"] = timeout
+            try:
+                return super().call_api(method, url, *args, **kwargs)
+            except NoAnswer:
+                raise
+            except TransportError as exc:
+                if not isinstance(timeout, tuple):
+                    timeout = (timeout, timeout)
+                raise NoAnswer(self.configuration.host, timeout, exc) from exc
+
+else:  # pragma: no cover - api_client() says the package is missing first
+    TimedApiClient = None  # type: ignore[assignment,misc]
+
+
+def api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None,
+               timeout: Optional[Tuple[float, float]] = None) -> Any:
+    """An ApiClient for the kubeconfig (or the in-cluster service account when none is given) whose
+    every call has a (connect, read) timeout, ``timeout`` or the defaults (5 s, 30 s); a watch's read
+    timeout is its timeoutSeconds plus 30 s. A call without an answer in time raises ``NoAnswer``
+    (a urllib3 HTTPError, so ``TransportError`` handlers catch it), naming the server. Timed-out
+    reads are not retried: the timeout is the bound."""
     if k8s_client is None:
         raise KubeError("the Python 'kubernetes' package is required (pip install kubernetes)")
+    configuration = k8s_client.Configuration()
     try:
         if kubeconfig:
-            api = k8s_config.new_client_from_config(config_file=kubeconfig, context=context or None)
+            k8s_config.load_kube_config(config_file=kubeconfig, context=context or None,
+                                        client_configuration=configuration)
         else:
-            k8s_config.load_incluster_config()
-            api = k8s_client.ApiClient()
+            k8s_config.load_incluster_config(client_configuration=configuration)
     except Exception as exc:  # the kubernetes package raises several unrelated types here
         raise KubeError("cannot load the kubeconfig %s: %s" % (kubeconfig or "(in-cluster)", exc)) from exc
-    return k8s_client.CoreV1Api(api)
+    # urllib3 would retry a timed-out GET three times (4 x the read timeout); connection errors
+    # (refused, reset) are retried once.
+    configuration.retries = Retry(total=3, connect=1, read=0, status=0, other=0)
+    client = TimedApiClient(configuration)
+    client.default_timeout = timeout or (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+    return client
+
+
+def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None,
+            timeout: Optional[Tuple[float, float]] = None) -> Any:
+    """A CoreV1Api for the kubeconfig (or the in-cluster service account when none is given); every
+    call has (connect, read) timeouts: ``timeout`` or (5 s, 30 s) (see ``api_client``)."""
+    return k8s_client.CoreV1Api(api_client(kubeconfig, context, timeout))

@@ -221,8 +221,9 @@ class ClusterApiNodes:
         self.now = now
 
     @classmethod
-    def connect(cls, kubeconfig: Optional[str], context: Optional[str], **kwargs: Any) -> "ClusterApiNodes":
-        core = core_v1(kubeconfig, context)
+    def connect(cls, kubeconfig: Optional[str], context: Optional[str], timeout: Optional[Tuple[float, float]] = None,
+                **kwargs: Any) -> "ClusterApiNodes":
+        core = core_v1(kubeconfig, context, timeout)
         version = served_version(core.api_client)
         return cls(core, k8s_client.CustomObjectsApi(core.api_client), version, **kwargs)
 

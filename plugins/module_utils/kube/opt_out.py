@@ -13,7 +13,12 @@ from typing import Any, Dict, List, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_node_name, check_text
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, api_error
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    ApiException,
+    TransportError,
+    api_error,
+    unreachable,
+)
 
 
 def parse_label(label: str) -> Tuple[str, str]:
@@ -31,6 +36,8 @@ def opted_out(core_v1: Any, node: str, label: str) -> Dict[str, Any]:
         found = core_v1.read_node(node)
     except ApiException as exc:
         raise api_error(exc, "read node %s" % node) from exc
+    except TransportError as exc:
+        raise unreachable(exc, "read node %s" % node) from exc
     by: List[str] = []
     if (found.metadata.labels or {}).get(key) == value:
         by.append("node/%s" % node)
@@ -39,5 +46,7 @@ def opted_out(core_v1: Any, node: str, label: str) -> Dict[str, Any]:
                                                    label_selector="%s=%s" % (key, value))
     except ApiException as exc:
         raise api_error(exc, "list the pods of node %s" % node) from exc
+    except TransportError as exc:
+        raise unreachable(exc, "list the pods of node %s" % node) from exc
     by.extend("pod/%s/%s" % (pod.metadata.namespace, pod.metadata.name) for pod in pods.items)
     return {"opted_out": bool(by), "by": by, "label": "%s=%s" % (key, value)}

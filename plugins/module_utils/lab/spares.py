@@ -53,6 +53,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools im
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state, process
 
 RECIPES_DIR = "recipes"
+# <lab>/replacements/<retired node>.json: {"retired", "replacement", "pool"}, one per replacement in
+# force. node_replace writes it once the spare is in and the failed node out, and removes it on
+# restore; one-click-slurm.yml reads them so that a rerun keeps the fleet as it was replaced.
+REPLACEMENTS_DIR = "replacements"
 # (file, part) in the order activate runs them.
 PARTS = (
     ("10-kube-node.json", "kube-node"),
@@ -428,6 +432,41 @@ class LabNodes:
             raise LabNodeError(str(exc)) from exc
         if outcome.changed:
             actions.append("stop %s" % spec.name)
+
+
+def replacement_record_path(lab_dir: str, retired: str) -> str:
+    return os.path.join(lab_dir, REPLACEMENTS_DIR, retired + ".json")
+
+
+def read_replacement_record(lab_dir: str, retired: str) -> Optional[Dict[str, Any]]:
+    """The record of ``retired``'s replacement, or None (none, or unreadable: written again by the next run)."""
+    try:
+        with open(replacement_record_path(lab_dir, retired), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def record_replacement(lab_dir: str, retired: str, replacement: str, pool: str, check_mode: bool = False) -> bool:
+    """Note that ``replacement`` serves in place of ``retired``; True when the record changed."""
+    wanted = {"retired": retired, "replacement": replacement, "pool": pool}
+    if read_replacement_record(lab_dir, retired) == wanted:
+        return False
+    if not check_mode:
+        _write_atomic(replacement_record_path(lab_dir, retired), json.dumps(wanted, sort_keys=True) + "\n")
+    return True
+
+
+def forget_replacement(lab_dir: str, retired: str, check_mode: bool = False) -> bool:
+    """``retired`` is back in service: its record goes; True when there was one."""
+    path = replacement_record_path(lab_dir, retired)
+    if not os.path.exists(path):
+        return False
+    if not check_mode:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return True
 
 
 class SpareTaken(LabNodeError):

@@ -16,7 +16,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     optional_number,
     optional_text,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import notify
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
@@ -44,6 +44,7 @@ def check_inputs(params: Mapping[str, Any]) -> None:
     if params.get("remediation_id") is not None:
         check_name(params["remediation_id"], "remediation_id", REMEDIATION_ID, "a remediation id (letters, digits, "
                    "'.', '_', '-'), such as r-20261130T101500-gpu-a-003-1f2e3d")
+    kube_timeouts(params)
     for name in ("lease", "alert_lasts", "timeout"):
         optional_number(params.get(name), name, above=0)
     for name in ("namespace", "pool_selector", "event_reason", "stop", "phase",
@@ -68,7 +69,8 @@ def policy_from(params: Mapping[str, Any]) -> Policy:
 
 def store_from(params: Mapping[str, Any], check_mode: bool) -> RemediationStore:
     policy = policy_from(params)  # bad settings fail before any API call
-    return RemediationStore(core_v1(params.get("kubeconfig"), params.get("context")), policy, write=not check_mode)
+    api = core_v1(params.get("kubeconfig"), params.get("context"), kube_timeouts(params))
+    return RemediationStore(api, policy, write=not check_mode)
 
 
 def breaker_alert(node: str, why: str, now: float, resolved: bool = False) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import urllib.error
+import urllib.parse
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible.module_utils.urls import open_url
@@ -24,10 +25,27 @@ USER_AGENT = "gpufleet.resilience-remediation"
 
 
 class NotifyError(GpufleetError):
-    """A webhook or Alertmanager refused or could not be reached (the URL is never in the message)."""
+    """A webhook or Alertmanager refused or could not be reached (the message names the server, never
+    the URL's path or credentials: a Slack webhook's path is its secret)."""
+
+
+def server_of(url: str) -> str:
+    """scheme://host[:port] of ``url``, without credentials, path or query."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = "[%s]" % host
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return "%s://%s%s" % (parts.scheme, host, ":%d" % port if port else "")
 
 
 def post_json(url: str, payload: Any, timeout: float = 10.0, what: str = "the webhook") -> int:
+    """POST ``payload`` as JSON; ``timeout`` bounds the connection and each read (a server that accepts
+    and never answers fails the call after it)."""
+    what = "%s (%s)" % (what, server_of(url))
     try:
         answer = open_url(url, data=json.dumps(payload), method="POST", timeout=timeout, http_agent=USER_AGENT,
                           headers={"Content-Type": "application/json"})

@@ -15,14 +15,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
     check_name,
     check_node_name,
     check_number,
     optional_text,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts, unreachable
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.clusterapi import ClusterApiNodes
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.spares import LabNodes, load_recipes
 from ansible_collections.gpufleet.resilience.plugins.module_utils.replace import lab as lab_provider
@@ -59,6 +59,8 @@ class ReplaceRequest:
     clusterapi_namespace: Optional[str] = None
     command: Optional[List[str]] = None
     command_timeout: float = 600.0
+    kube_connect_timeout: Optional[float] = None
+    kube_read_timeout: Optional[float] = None
 
 
 @dataclass
@@ -94,6 +96,7 @@ def check_request(request: ReplaceRequest) -> None:
     check_number(request.wait_timeout, "wait_timeout", above=0)
     check_number(request.command_timeout, "command_timeout", above=0)
     check_number(request.boot_delay, "boot_delay", minimum=0)
+    kube_timeouts(vars(request))
     for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "clusterapi_namespace"):
         optional_text(getattr(request, option), option)
     if request.provider != "lab":
@@ -121,7 +124,7 @@ def replace_node(request: ReplaceRequest, run: RunFunction, check_mode: bool = F
             return _clusterapi(request, check_mode)
         return _command(request, run, check_mode)
     except TransportError as exc:
-        raise GpufleetError("cannot reach the Kubernetes API server: %s" % exc) from exc
+        raise unreachable(exc, "replace %s" % request.name) from exc
 
 
 def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> ReplaceResult:
@@ -135,7 +138,8 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
     slurmd = next((r.parts["slurmd"] for r in recipes.values() if "slurmd" in r.parts), {})
     slurm = SlurmClient(SlurmRunner(run=run, slurm_conf=request.slurm_conf or slurmd.get("slurm_conf"),
                                     bin_dir=slurmd.get("bin_dir"), check_mode=check_mode))
-    kube = core_v1(request.kubeconfig or os.path.join(lab_dir, "kube", "admin.kubeconfig"), request.context)
+    kube = core_v1(request.kubeconfig or os.path.join(lab_dir, "kube", "admin.kubeconfig"), request.context,
+                   kube_timeouts(vars(request)))
     nodes = LabNodes(lab_dir, kube, slurm, wait_timeout=request.wait_timeout, recipes=recipes)
     if request.state == "restored":
         outcome = lab_provider.restore(nodes, request.name, request.spare, check_mode)
@@ -148,7 +152,8 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
 
 
 def _clusterapi(request: ReplaceRequest, check_mode: bool) -> ReplaceResult:
-    api = ClusterApiNodes.connect(request.kubeconfig, request.context, wait_timeout=request.wait_timeout,
+    api = ClusterApiNodes.connect(request.kubeconfig, request.context, timeout=kube_timeouts(vars(request)),
+                                  wait_timeout=request.wait_timeout,
                                   namespace=request.clusterapi_namespace)
     outcome = api.replace(request.name, request.remediation_id, check_mode)
     return ReplaceResult(changed=outcome.changed, provider="clusterapi", state=request.state,

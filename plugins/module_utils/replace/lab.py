@@ -23,7 +23,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.spares imp
     LabNodeError,
     LabNodes,
     SpareTaken,
+    forget_replacement,
     pick_spare,
+    record_replacement,
 )
 
 
@@ -93,6 +95,8 @@ def replace(nodes: LabNodes, name: str, spare: Optional[str] = None, remediation
             continue
         break
     actions += nodes.retire(name, check_mode)
+    # The record one-click-slurm.yml keeps the replacement by (not an action: the fleet is as it was).
+    record_replacement(nodes.lab_dir, name, chosen, nodes.recipe(name).pool, check_mode)
     after = {name: "out of service", chosen: "in service"}
     return LabOutcome(changed=bool(actions), replacement=chosen, retired=name, actions=actions, before=before,
                       after=after)
@@ -106,6 +110,7 @@ def restore(nodes: LabNodes, name: str, spare: Optional[str] = None, check_mode:
     replacement = spare or nodes.replacement_of(name)
     if replacement is None:
         if nodes.in_service(name):
+            forget_replacement(nodes.lab_dir, name, check_mode)
             state = _service(nodes, name)
             return LabOutcome(changed=False, replacement=name, retired=None, before=state, after=state)
         raise FieldError("name", "no node carries %s=%s, and %s is out of service: give the node to take out "
@@ -115,6 +120,7 @@ def restore(nodes: LabNodes, name: str, spare: Optional[str] = None, check_mode:
         nodes.check_no_jobs(replacement)
     actions = nodes.activate(name, None, 0.0, check_mode)
     actions += nodes.retire(replacement, check_mode, field_name="spare")
+    forget_replacement(nodes.lab_dir, name, check_mode)
     after = {name: "in service", replacement: "out of service"}
     return LabOutcome(changed=bool(actions), replacement=name, retired=replacement, actions=actions, before=before,
                       after=after)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_probe import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import REPO, PlaybookResult, run_playbook
+from lab_harness import REPO, PlaybookResult, run_playbook, unestablished_crds
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -76,8 +77,10 @@ def operator_crds(lab):
         # Server-side: the CRDs are too big for kubectl's last-applied annotation.
         crd = crd_dir / ("%s_%s.yaml" % (GROUP, plural))
         kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s",
-            *["crd/%s.%s" % (plural, GROUP) for plural in CRDS])
+    # Polled: right after the create a CRD has no status yet, and `kubectl wait` fails on that at once.
+    names = ["%s.%s" % (plural, GROUP) for plural in CRDS]
+    wait_for(lambda: not unestablished_crds(lab, names), timeout=60, interval=0.5,
+             what="the CRDs %s Established" % names)
     yield crd_dir
     # Leave the lab as it was for the other tests.
     kubectl(lab, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
@@ -235,3 +238,5 @@ def test_missing_operator_crds_fail_before_anything_is_applied(lab, operator_crd
     finally:
         kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f",
                 str(operator_crds / ("%s_alertmanagerconfigs.yaml" % GROUP)))
+        name = "alertmanagerconfigs.%s" % GROUP
+        wait_for(lambda: not unestablished_crds(lab, [name]), timeout=60, interval=0.5, what="%s Established" % name)

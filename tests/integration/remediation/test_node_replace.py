@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 from agent_probe import AgentProbe
-from lab_harness import REPO, VENV_BIN
+from lab_harness import REPO, VENV_BIN, unestablished_crds
 
 pytestmark = [pytest.mark.integration]
 
@@ -240,12 +240,23 @@ def test_lab_replace_ladder_then_restore_puts_the_lab_back(lab, lab_as_before):
         assert not again["changed"] and again["actions"] == [], again["_output"][-3000:]
         assert again["replacement"] == spare
 
+    # A rerun of the main job keeps the fleet as it was replaced: the retired node stays out, the spare in.
+    record = lab.lab_dir / "replacements" / ("%s.json" % failed)
+    assert json.loads(record.read_text()) == {"retired": failed, "replacement": spare, "pool": POOL}
+    replaced = layout(lab)
+    rerun = lab.playbook("one-click-slurm.yml")
+    assert rerun.rc == 0 and rerun.changed == 0, rerun.output[-3000:]
+    assert layout(lab) == replaced
+    assert_out_of_service(lab, failed)
+    assert_in_service(lab, spare)
+
     planned_back = node_replace(lab, check=True, name=failed, provider="lab", state="restored")
     assert planned_back["changed"] and planned_back["retired"] == spare and planned_back["replacement"] == failed
     back = node_replace(lab, name=failed, provider="lab", state="restored")
     assert back["changed"] and back["actions"] == planned_back["actions"], back["_output"][-3000:]
     assert_in_service(lab, failed)
     assert_out_of_service(lab, spare)
+    assert not record.exists(), "the restore left the replacement's record"
     run_job_on(lab, failed)
     for check in (True, False):
         again = node_replace(lab, check=check, name=failed, provider="lab", state="restored")
@@ -461,7 +472,8 @@ def capi(lab):
     crds = capi_crd_dir()
     # Server-side: the CRD is too big for kubectl's last-applied annotation.
     kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crds / "cluster.x-k8s.io_machines.yaml"))
-    kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s", "crd/machines.%s" % CAPI_GROUP)
+    # Polled: right after the create the CRD has no status yet, and `kubectl wait` fails on that at once.
+    wait_for("the Machine CRD Established", lambda: not unestablished_crds(lab, ["machines.%s" % CAPI_GROUP]))
     kubectl(lab, "create", "namespace", CAPI_NAMESPACE)
     helper = Capi(lab)
     try:

@@ -86,6 +86,18 @@ options:
     description: Longest wait, in seconds, between attempts after the API server failed.
     type: float
     default: 30
+  connect_timeout:
+    description: Seconds to wait for the API server to accept a connection (and finish TLS) on each request.
+    type: float
+    default: 5
+  read_timeout:
+    description:
+      - Seconds to wait for the API server's answer to the list; a server that accepts the connection and never
+        answers fails the attempt after this long (logged with the server's address), and the source retries
+        with its backoff. Timed-out reads are not retried by the HTTP layer.
+      - A watch waits O(watch_timeout) plus this long, since it is answered only when a Node changes.
+    type: float
+    default: 30
 """
 
 EXAMPLES = r"""
@@ -229,16 +241,23 @@ def backoff(attempt: int, ceiling: float) -> float:
 
 def _api(args: Dict[str, Any]) -> Any:
     from kubernetes import client, config
+    from urllib3 import Retry
 
     kubeconfig = args.get("kubeconfig") or None
     context = args.get("context") or None
+    configuration = client.Configuration()
+    loaded = False
     if kubeconfig is None and not os.environ.get("KUBECONFIG"):
         try:
-            config.load_incluster_config()
-            return client.CoreV1Api()
+            config.load_incluster_config(client_configuration=configuration)
+            loaded = True
         except config.ConfigException:
             pass
-    return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig, context=context))
+    if not loaded:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    # urllib3 would retry a timed-out list three times: the read timeout is the bound, the watcher retries.
+    configuration.retries = Retry(total=3, connect=1, read=0, status=0, other=0)
+    return client.CoreV1Api(client.ApiClient(configuration))
 
 
 class NodeWatcher:
@@ -247,7 +266,8 @@ class NodeWatcher:
     def __init__(self, api_factory: Callable[[], Any], emit: Callable[[Dict[str, Any]], None],
                  tracker: TransitionTracker, label_selector: str = "", emit_existing: bool = True,
                  watch_timeout: int = 300, backoff_max: float = 30.0,
-                 sleep: Optional[Callable[[float], bool]] = None) -> None:
+                 sleep: Optional[Callable[[float], bool]] = None, connect_timeout: float = 5.0,
+                 read_timeout: float = 30.0) -> None:
         self.api_factory = api_factory
         self.emit = emit
         self.tracker = tracker
@@ -255,6 +275,9 @@ class NodeWatcher:
         self.emit_existing = emit_existing
         self.watch_timeout = int(watch_timeout)
         self.backoff_max = float(backoff_max)
+        # (connect, read) of the list; a watch reads for its timeoutSeconds plus read_timeout.
+        self.connect_timeout = float(connect_timeout)
+        self.read_timeout = float(read_timeout)
         self.stopping = threading.Event()
         # Waits between attempts; True means "stop now". Tests pass their own.
         self.sleep = sleep if sleep is not None else self.stopping.wait
@@ -265,7 +288,8 @@ class NodeWatcher:
 
     def _list(self, api: Any) -> str:
         kwargs = {"label_selector": self.label_selector} if self.label_selector else {}
-        answer = api.list_node(_preload_content=False, _request_timeout=30, **kwargs)
+        answer = api.list_node(_preload_content=False, _request_timeout=(self.connect_timeout, self.read_timeout),
+                               **kwargs)
         try:
             listed = json.loads(answer.data)
         finally:
@@ -284,7 +308,8 @@ class NodeWatcher:
         try:
             for event in streamer.stream(api.list_node, resource_version=version, timeout_seconds=self.watch_timeout,
                                          allow_watch_bookmarks=True, deserialize=False,
-                                         _request_timeout=self.watch_timeout + 30, **kwargs):
+                                         _request_timeout=(self.connect_timeout,
+                                                           self.watch_timeout + self.read_timeout), **kwargs):
                 if self.stopping.is_set():
                     break
                 if not isinstance(event, dict):
@@ -356,6 +381,7 @@ async def main(queue: asyncio.Queue, args: Dict[str, Any]) -> None:
         api_factory=lambda: _api(args), emit=emit, tracker=tracker,
         label_selector=args.get("label_selector") or "", emit_existing=bool(emit_existing),
         watch_timeout=int(args.get("watch_timeout") or 300), backoff_max=float(args.get("backoff_max") or 30),
+        connect_timeout=float(args.get("connect_timeout") or 5), read_timeout=float(args.get("read_timeout") or 30),
     )
     done = loop.create_future()
 

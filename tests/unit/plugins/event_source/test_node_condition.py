@@ -230,5 +230,27 @@ def test_documentation_is_yaml():
     yaml = pytest.importorskip("yaml")
     doc = yaml.safe_load(nc.DOCUMENTATION)
     assert set(doc["options"]) == {"kubeconfig", "context", "condition_type", "unhealthy_statuses", "label_selector",
-                                   "emit_existing", "watch_timeout", "backoff_max"}
+                                   "emit_existing", "watch_timeout", "backoff_max", "connect_timeout", "read_timeout"}
     assert isinstance(yaml.safe_load(nc.EXAMPLES), list)
+
+
+def test_a_hung_api_server_fails_the_list_within_the_read_timeout(hung_server, tmp_path):
+    """A real kubernetes client from the source's own factory, against a server that accepts and never
+    answers (conftest ``hung_server``): the list fails after read_timeout, once, naming the server."""
+    import time
+
+    server = "http://%s" % hung_server.address
+    kubeconfig = tmp_path / "hung.kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters:\n- {name: h, cluster: {server: '%s'}}\n"
+                          "users:\n- {name: u, user: {token: t}}\n"
+                          "contexts:\n- {name: h, context: {cluster: h, user: u}}\ncurrent-context: h\n" % server)
+    watcher = nc.NodeWatcher(lambda: None, emit=lambda event: None, tracker=nc.TransitionTracker(),
+                             connect_timeout=2, read_timeout=1.5)
+    api = nc._api({"kubeconfig": str(kubeconfig)})
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        watcher._list(api)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5 + 10, "%.1fs: the list was not bounded by read_timeout" % elapsed
+    assert "port=%d" % hung_server.port in str(caught.value) and "Read timed out" in str(caught.value), caught.value
+    assert len(hung_server.accepted) == 1, "a timed-out read was retried"

@@ -199,6 +199,8 @@ def test_an_unreadable_fault_journal_is_ignored(node):
     agent._open_nvml()
     agent.restore()  # and the write that follows fails too: counted, not raised
     assert agent.view.errors["journal"] == 2
+    agent._snapshot(0.0)  # the next tick does not retry (and count) at once: it backs off
+    assert agent.view.errors["journal"] == 2 and agent._fault_journal_dirty
 
 
 def test_the_fault_journal_is_bounded(node):
@@ -218,7 +220,7 @@ def test_a_storm_of_xids_keeps_the_file_bounded_and_is_written_once_per_tick(nod
     real_write = fault_journal.write
     monkeypatch.setattr(fault_journal, "write", lambda path, content: (writes.append(1), real_write(path, content)))
     started = time.monotonic()
-    for _ in range(fault_journal.MAX_EVENTS + 50):
+    for _storm in range(fault_journal.MAX_EVENTS + 50):
         node.now += 0.001
         node.xid(13, tick=False)
     elapsed = time.monotonic() - started
@@ -303,6 +305,7 @@ def run_follower(path, resume=None, append=(), expect=0):
     """One run of the reader: start, append ``append`` while it runs, stop once ``expect`` XIDs are
     in (and a moment more, to see any extra); return (xids, the last position it reported)."""
     xids, positions = [], []
+
     def on_read(events, position):
         xids.extend(event.xid for event in events)
         positions.append(position)
@@ -347,13 +350,13 @@ def test_a_kernel_log_replaced_while_down_is_read_from_its_start(tmp_path):
                 "offset": status.st_size}
     os.rename(path, tmp_path / "kmsg.log.1")
     path.write_text(XID_LINE % 79)  # rotated while the agent was down
-    xids, _ = run_follower(path, resume=position)
+    xids = run_follower(path, resume=position)[0]
     assert xids == [79]
     # Truncated in place while down: what is there now is newer.
     status = os.stat(path)
     position = {"kind": "file", "path": str(path), "dev": status.st_dev, "inode": status.st_ino,
                 "offset": status.st_size + 100}
-    xids, _ = run_follower(path, resume=position)
+    xids = run_follower(path, resume=position)[0]
     assert xids == [79]
 
 

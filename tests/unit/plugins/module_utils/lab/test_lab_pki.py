@@ -1,0 +1,143 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+"""lab_pki_info's assessment: current certificates need nothing; a missing or loose key, another CA,
+other SANs, a near expiry each mark exactly the certificates they concern; bad input names the field."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import assess, parse
+
+NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
+
+
+def write_key(path: Path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    os.chmod(path, 0o600)
+    return key
+
+
+def write_cert(path: Path, key, common_name: str, issuer_key=None, issuer_name=None, san=(), ca=False,
+               days: int = 3650, usage=ExtendedKeyUsageOID.SERVER_AUTH):
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name or subject)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(NOW - datetime.timedelta(days=1)).not_valid_after(NOW + datetime.timedelta(days=days))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=ca))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+                                        critical=True)
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        builder = builder.add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False),
+                                        critical=False)
+    if san:
+        names = [x509.IPAddress(ipaddress.ip_address(value[3:])) if value.startswith("IP:") else x509.DNSName(value[4:])
+                 for value in san]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    cert = builder.sign(issuer_key or key, hashes.SHA256())
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    os.chmod(path, 0o644)
+    return cert
+
+
+def wanted(tmp_path: Path):
+    return [
+        {"name": "ca", "key": str(tmp_path / "ca.key"), "cert": str(tmp_path / "ca.crt"), "common_name": "lab-ca",
+         "ca": True, "key_usage": ["keyCertSign", "cRLSign", "digitalSignature"]},
+        {"name": "apiserver", "key": str(tmp_path / "apiserver.key"), "cert": str(tmp_path / "apiserver.crt"),
+         "common_name": "kube-apiserver", "san": ["IP:127.0.0.1", "DNS:localhost"], "extended_usage": ["serverAuth"],
+         "key_usage": ["digitalSignature", "keyEncipherment"], "issuer": "ca"},
+        {"name": "admin", "key": str(tmp_path / "admin.key"), "cert": str(tmp_path / "admin.crt"),
+         "common_name": "admin", "extended_usage": ["clientAuth"], "issuer": "ca"},
+    ]
+
+
+@pytest.fixture()
+def lab(tmp_path):
+    ca_key = write_key(tmp_path / "ca.key")
+    ca = write_cert(tmp_path / "ca.crt", ca_key, "lab-ca", ca=True)
+    api_key = write_key(tmp_path / "apiserver.key")
+    write_cert(tmp_path / "apiserver.crt", api_key, "kube-apiserver", ca_key, ca.subject,
+               san=("IP:127.0.0.1", "DNS:localhost"))
+    admin_key = write_key(tmp_path / "admin.key")
+    write_cert(tmp_path / "admin.crt", admin_key, "admin", ca_key, ca.subject, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    return {"path": tmp_path, "ca_key": ca_key, "ca": ca, "api_key": api_key}
+
+
+def test_lab_pki_current_needs_nothing(lab):
+    assert assess(parse(wanted(lab["path"])), now=NOW) == {"keys": [], "certificates": [], "reasons": {}}
+
+
+def test_lab_pki_other_sans_mark_that_certificate_only(lab):
+    write_cert(lab["path"] / "apiserver.crt", lab["api_key"], "kube-apiserver", lab["ca_key"], lab["ca"].subject,
+               san=("DNS:localhost",))
+    found = assess(parse(wanted(lab["path"])), now=NOW)
+    assert found["keys"] == [] and found["certificates"] == ["apiserver"]
+    assert "has SANs" in found["reasons"]["apiserver"]
+
+
+def test_lab_pki_a_new_ca_marks_what_the_old_one_signed(lab):
+    write_key(lab["path"] / "ca.key")
+    found = assess(parse(wanted(lab["path"])), now=NOW)
+    assert found["certificates"] == ["ca", "apiserver", "admin"]
+    assert found["reasons"]["apiserver"] == "its issuer ca is issued again"
+
+
+def test_lab_pki_signed_by_another_ca_is_stale(lab):
+    other = ec.generate_private_key(ec.SECP256R1())
+    write_cert(lab["path"] / "apiserver.crt", lab["api_key"], "kube-apiserver", other, lab["ca"].subject,
+               san=("IP:127.0.0.1", "DNS:localhost"))
+    found = assess(parse(wanted(lab["path"])), now=NOW)
+    assert found["certificates"] == ["apiserver"] and "not signed by ca" in found["reasons"]["apiserver"]
+
+
+def test_lab_pki_loose_key_mode_and_missing_cert(lab):
+    os.chmod(lab["path"] / "admin.key", 0o644)
+    (lab["path"] / "apiserver.crt").unlink()
+    found = assess(parse(wanted(lab["path"])), now=NOW)
+    assert found["keys"] == ["admin"] and found["certificates"] == ["apiserver", "admin"]
+    assert "mode 0644, not 0600" in found["reasons"]["admin"]
+    assert "is missing" in found["reasons"]["apiserver"]
+
+
+def test_lab_pki_near_expiry_is_stale(lab):
+    write_cert(lab["path"] / "admin.crt", ec.generate_private_key(ec.SECP256R1()), "admin", lab["ca_key"],
+               lab["ca"].subject, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    found = assess(parse(wanted(lab["path"])), now=NOW)
+    assert "does not hold the public half" in found["reasons"]["admin"]
+    admin_key = serialization.load_pem_private_key((lab["path"] / "admin.key").read_bytes(), password=None)
+    write_cert(lab["path"] / "admin.crt", admin_key, "admin", lab["ca_key"], lab["ca"].subject, days=10,
+               usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    found = assess(parse(wanted(lab["path"])), min_days=30, now=NOW)
+    assert found["certificates"] == ["admin"] and "less than 30 days left" in found["reasons"]["admin"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda entries: entries[1].update(san=["URI:x"]), "certificates[1].san[0]"),
+    (lambda entries: entries[1].update(san=["IP:not-an-ip"]), "certificates[1].san[0]"),
+    (lambda entries: entries[2].update(extended_usage=["codeSigning"]), "certificates[2].extended_usage[0]"),
+    (lambda entries: entries[2].update(issuer="front-proxy-ca"), "certificates[2].issuer"),
+    (lambda entries: entries[2].update(key="admin.key"), "certificates[2].key"),
+    (lambda entries: entries[2].update(name="ca"), "certificates[2].name"),
+    (lambda entries: entries[0].update(issuer="admin"), "certificates[0].issuer"),
+])
+def test_lab_pki_bad_entry_names_the_field(tmp_path, change, field):
+    entries = wanted(tmp_path)
+    change(entries)
+    with pytest.raises(FieldError) as raised:
+        parse(entries)
+    assert raised.value.field == field
