@@ -5,13 +5,20 @@ taken out of service within ``window_s``. Pure; ``remediation/store.py`` keeps t
 ConfigMap and applies ``take_slot`` with a conflict-safe write, so two concurrent remediations
 can never both take the last slot.
 
-Peers: NVSentinel stops at 50 % cordoned in 5 minutes with an absolute cap; Cluster API's
-MachineHealthCheck ``maxUnhealthy``; medik8s' ``minHealthy``. Our defaults are stricter (20 %,
-10 nodes, 10 minutes): a fleet-wide false positive - the repeated-XID-45 bug that flagged 77
-nodes over 11 racks after one job crash - must stop at a handful of nodes.
+Peers: NVSentinel stops at 50 % cordoned in 5 minutes with an absolute cap (and then blocks new
+cordons); Cluster API's MachineHealthCheck ``maxUnhealthy``; medik8s' ``minHealthy``. Our
+defaults are stricter (25 %, 10 nodes, 10 minutes): a fleet-wide false positive - the
+repeated-XID-45 bug that flagged 77 nodes over 11 racks after one job crash - must stop at a
+handful of nodes. 25 % rather than 20 % so that an 8-node pool can lose two nodes in one window
+(two GPUs failing within minutes is common on a busy fleet: a node dies every few hours) before
+the breaker stops it; 50 % would let a false positive take half a pool.
 
 Once it trips it stays open, whatever the window, until a human resets it
-(``playbooks/remediation-reset.yml``): a storm is a reason to look, not to wait.
+(``playbooks/remediation-reset.yml``): a storm is a reason to look, not to wait. While it is open a
+refused fatal node is still fenced in Slurm (plan ``BREAKER_OPEN``; ``fence_when_open``), so no new
+job lands on a dead GPU; that fence is reversible and takes no slot. The nodes refused stay listed
+(``refused``, one entry per node) until a remediation of that node is granted a slot: after a
+reset, ``remediation-reset.yml`` names them.
 """
 
 from __future__ import annotations
@@ -26,15 +33,16 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
 
 @dataclass(frozen=True)
 class BreakerPolicy:
-    max_percent: float = 20.0
+    max_percent: float = 25.0
     max_nodes: int = 10
     window_s: float = 600.0
     enabled: bool = True
+    fence_when_open: bool = True  # a refused remediation still fences the node in Slurm
 
     @classmethod
     def from_dict(cls, data: Optional[Mapping[str, Any]], field_name: str = "remediation_breaker") -> "BreakerPolicy":
         data = dict(data or {})
-        known = {"max_percent", "max_nodes", "window_s", "enabled"}
+        known = {"max_percent", "max_nodes", "window_s", "enabled", "fence_when_open"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise FieldError(
@@ -47,8 +55,10 @@ class BreakerPolicy:
         if isinstance(policy.max_nodes, bool) or not isinstance(policy.max_nodes, int) or policy.max_nodes < 1:
             raise FieldError(field_name + ".max_nodes", "must be an integer >= 1")
         check_number(policy.window_s, field_name + ".window_s", above=0)
-        if not isinstance(policy.enabled, bool):
-            raise FieldError(field_name + ".enabled", "must be true or false, got %r" % (policy.enabled,))
+        for flag in ("enabled", "fence_when_open"):
+            if not isinstance(getattr(policy, flag), bool):
+                raise FieldError("%s.%s" % (field_name, flag),
+                                 "must be true or false, got %r" % (getattr(policy, flag),))
         return replace(policy, max_percent=float(policy.max_percent), window_s=float(policy.window_s))
 
     def cap(self, gpu_nodes: int) -> int:
@@ -94,6 +104,17 @@ class SlotDecision:
     in_window: int  # slots inside the window, after this decision
 
 
+def with_refusal(refused: Tuple[Dict[str, Any], ...], node: str, remediation_id: str,
+                 now: float) -> Tuple[Dict[str, Any], ...]:
+    """The refused list with this refusal: one entry per node (its latest), at most 50."""
+    kept = tuple(entry for entry in refused if entry.get("node") != node)
+    return (*kept, {"node": node, "id": remediation_id, "at": now})[-50:]
+
+
+def without_node(refused: Tuple[Dict[str, Any], ...], node: str) -> Tuple[Dict[str, Any], ...]:
+    return tuple(entry for entry in refused if entry.get("node") != node)
+
+
 def in_window(state: BreakerState, now: float, policy: BreakerPolicy) -> List[Dict[str, Any]]:
     return [slot for slot in state.slots if float(slot.get("at") or 0) > now - policy.window_s]
 
@@ -109,9 +130,9 @@ def take_slot(
     if not policy.enabled:
         return state, SlotDecision(True, False, "the breaker is off", cap, len(current))
     if state.tripped:
-        refused = (*state.refused, {"node": node, "id": remediation_id, "at": now})
+        refused = with_refusal(state.refused, node, remediation_id, now)
         why = "the breaker is open since %s: %s" % (state.tripped_at, state.tripped_why)
-        return BreakerState(tuple(current), True, state.tripped_at, state.tripped_why, refused[-50:]), SlotDecision(
+        return BreakerState(tuple(current), True, state.tripped_at, state.tripped_why, refused), SlotDecision(
             False, False, why, cap, len(current)
         )
     if len(current) >= cap:
@@ -123,14 +144,17 @@ def take_slot(
             policy.max_percent,
             policy.max_nodes,
         )
-        tripped = BreakerState(tuple(current), True, now, why, ({"node": node, "id": remediation_id, "at": now},))
+        tripped = BreakerState(tuple(current), True, now, why, with_refusal(state.refused, node, remediation_id, now))
         return tripped, SlotDecision(False, True, why, cap, len(current))
     slots = (*tuple(current), {"node": node, "id": remediation_id, "at": now})
-    return BreakerState(slots, False, None, "", ()), SlotDecision(
+    return BreakerState(slots, False, None, "", without_node(state.refused, node)), SlotDecision(
         True, False, "slot %d of %d" % (len(slots), cap), cap, len(slots)
     )
 
 
 def reset(state: BreakerState, clear_slots: bool = False) -> BreakerState:
-    """Close a tripped breaker; with clear_slots the window starts empty too."""
-    return BreakerState(() if clear_slots else state.slots, False, None, "", ())
+    """Close a tripped breaker; with clear_slots the window starts empty too.
+
+    The refused nodes stay listed: each waits for a remediation that is granted a slot (the reset
+    playbook names them), and a crash of that playbook forgets none of them."""
+    return BreakerState(() if clear_slots else state.slots, False, None, "", state.refused)

@@ -16,8 +16,12 @@ The table follows NVIDIA's XID catalog buckets (DESIGN section 5), proportionate
 
 Two plans are not catalog actions: ``HOLD`` (escalation: the node was remediated too often, or the
 same fault came back after a reset or reboot) and ``BREAKER_OPEN`` (the circuit breaker refused:
-notify and record, touch nothing). A site overrides any plan's phases from the inventory
-(``remediation_plans``); the override is checked here and a bad one names its field.
+notify, fence the node in Slurm so that no new work lands on a dead GPU, and record; nothing
+more: no job is touched, nothing is cordoned, drained or replaced. The fence is reversible and
+uses no breaker slot; ``remediation_breaker.fence_when_open: false`` leaves it out).
+
+A site overrides any plan's phases from the inventory (``remediation_plans``); the override is
+checked here and a bad one names its field.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ PHASES = (
 )
 # Phases that change the node's state: a plan with one of these needs a circuit-breaker slot.
 ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", "restart_fm", "replace", "hold"))
+# What a refused remediation may still do while the breaker is open: stop new work (reversible).
+BREAKER_OPEN_MAY = frozenset(("fence",))
 
 _REPLACE = ("notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record")
 _RESET = ("notify", "fence", "jobs", "opt_out", "quarantine", "drain", "reset_gpu", "verify", "resume", "record")
@@ -62,7 +68,7 @@ DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "DECODE": _HOLD,
     "IGNORE": ("record",),
     "HOLD": _HOLD,
-    "BREAKER_OPEN": ("notify", "record"),
+    "BREAKER_OPEN": ("notify", "fence", "record"),
 }
 
 # What the notification says will be done, per plan.
@@ -78,7 +84,8 @@ INTENTS = {
     "DECODE": "fence it and hold it for a human (the error needs its registers decoded)",
     "IGNORE": "nothing: the catalog says to ignore it",
     "HOLD": "fence it and hold it for a human: it was remediated too often, or the fault came back",
-    "BREAKER_OPEN": "nothing: the circuit breaker is open, too many nodes are in remediation",
+    "BREAKER_OPEN": "fence it in Slurm only (no new work): the circuit breaker is open, too many nodes are in "
+                    "remediation",
 }
 
 
@@ -93,6 +100,11 @@ class RemediationPlan:
     @property
     def acts(self) -> bool:
         return bool(ACTING_PHASES.intersection(self.phases))
+
+    @property
+    def needs_slot(self) -> bool:
+        """A plan that acts takes a breaker slot; the breaker's own plan never does."""
+        return self.acts and self.name != "BREAKER_OPEN"
 
     def as_dict(self) -> Dict[str, Any]:
         return {
@@ -141,19 +153,28 @@ def check_overrides(
             raise FieldError(where, "phases must keep this order: %s" % ", ".join(PHASES))
         if phases[-1] != "record":
             raise FieldError(where, "must end with record: every remediation leaves its audit record")
-        if name == "BREAKER_OPEN" and ACTING_PHASES.intersection(phases):
-            raise FieldError(where, "may not act on the node: the breaker is open")
+        if name == "BREAKER_OPEN" and (ACTING_PHASES - BREAKER_OPEN_MAY).intersection(phases):
+            raise FieldError(where, "may only fence the node in Slurm: the breaker is open")
         checked[name] = tuple(phases)
     return checked
 
 
-def plan_for(action: str, overrides: Optional[Mapping[str, Sequence[str]]] = None, why: str = "") -> RemediationPlan:
-    """The plan for a catalog action (or HOLD / BREAKER_OPEN), with the site's overrides applied."""
+def plan_for(action: str, overrides: Optional[Mapping[str, Sequence[str]]] = None, why: str = "",
+             fence_when_open: bool = True) -> RemediationPlan:
+    """The plan for a catalog action (or HOLD / BREAKER_OPEN), with the site's overrides applied.
+
+    ``fence_when_open=False`` (``remediation_breaker.fence_when_open``) takes the fence out of
+    ``BREAKER_OPEN``: a refused remediation then only notifies and records."""
     table = dict(DEFAULT_PLANS)
     table.update(check_overrides(overrides))
     if action not in table:
         raise FieldError("action", "%r has no plan; known: %s" % (action, ", ".join(sorted(table))))
-    return RemediationPlan(name=action, phases=table[action], why=why, intent=INTENTS.get(action, ""))
+    phases = table[action]
+    intent = INTENTS.get(action, "")
+    if action == "BREAKER_OPEN" and not fence_when_open:
+        phases = tuple(phase for phase in phases if phase != "fence")
+        intent = "nothing: the circuit breaker is open, too many nodes are in remediation"
+    return RemediationPlan(name=action, phases=phases, why=why, intent=intent)
 
 
 def phases_after(plan: RemediationPlan, phase: str) -> List[str]:

@@ -166,9 +166,13 @@ class RemediationStore:
         raced = self.progress_store(node).update(claim, write=self.write)
         if raced is not None:
             return self._resume(node, raced, now, me)
+        started = self._with_breaker(node, progress, now, me, resumed=False)
         if self.write:
-            self._add_history(node, {"id": remediation_id, "at": now, "reason": fault.reason, "action": plan.name})
-        return self._with_breaker(node, progress, now, me, resumed=False)
+            # After the breaker's decision: a refused run is BREAKER_OPEN in the history, and
+            # escalation never counts it as a remediation of the node.
+            self._add_history(node, {"id": remediation_id, "at": now, "reason": fault.reason,
+                                     "action": started["plan"]["name"]})
+        return started
 
     def _resume(self, node: str, existing: Dict[str, Any], now: float, me: Mapping[str, Any]) -> Dict[str, Any]:
         if holders.alive(existing.get("holder"), now, self.policy.lease_s, me):
@@ -203,7 +207,7 @@ class RemediationStore:
     ) -> Dict[str, Any]:
         plan = progress_rules.plan_of(progress)
         decision = None
-        if plan.acts:
+        if plan.needs_slot:
             decision = self.take_slot(node, progress["id"], now)
             if not decision.granted:
                 progress = self._replan(node, progress, "BREAKER_OPEN", decision.why)
@@ -248,7 +252,7 @@ class RemediationStore:
         }
 
     def _replan(self, node: str, progress: Dict[str, Any], plan_name: str, why: str) -> Dict[str, Any]:
-        plan = plan_for(plan_name, self.policy.plans, why=why)
+        plan = plan_for(plan_name, self.policy.plans, why=why, fence_when_open=self.policy.breaker.fence_when_open)
 
         def change(data: Dict[str, str]):
             current = json.loads(data[PROGRESS_KEY]) if PROGRESS_KEY in data else dict(progress)

@@ -16,6 +16,16 @@ with ``then=cancel``. A job whose requeue flag the source does not give is treat
 requeueable (Slurm's default ``JobRequeue=1``); if slurmctld refuses to requeue it (not a batch
 job), it is cancelled. A job already COMPLETING after the grace is ending and is left alone.
 
+A job that *left* is not always safe. Most jobs run inside a shell (``--wrap``, a ``#!/bin/bash``
+script with or without ``srun``); ``--full`` signals that shell too, and a shell that does not
+trap the signal dies of it: the job ends FAILED (``WTERMSIG 15``) and slurmctld does not requeue
+it, whatever its program did with the signal. So every job this remediation signalled that ended
+FAILED is requeued (``scontrol requeue`` takes a finished batch job back while slurmctld still
+lists it, MinJobAge) when it is requeueable, and reported when it is not. A job that ended
+COMPLETED in the grace finished its work and is left alone; one CANCELLED was cancelled by
+someone and is left alone too. A rerun after a crash does the same for the jobs it was told it
+had signalled, and a job already requeued is PENDING or RUNNING, so it is never requeued twice.
+
 Last, it looks at each job once more and reports the state it is in now: PENDING (requeued),
 RUNNING (on another node already), COMPLETED, FAILED, CANCELLED, or null when Slurm no longer
 lists it.
@@ -233,15 +243,56 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             fates[job.job_id].state = job.state
     else:
         try:
-            now_jobs = {job.job_id: job for job in client.jobs(states=EVERY_JOB_STATE)}
+            now_jobs = _last_look(client, fates)
+            if _requeue_the_killed(client, fates, now_jobs, command):
+                now_jobs = _last_look(client, fates)
         except SlurmError as exc:
             raise EvacuationError(exc, signalled, command) from exc
-        for job_id, fate in fates.items():
-            fate.state = now_jobs[job_id].state if job_id in now_jobs else None
-            if fate.name is None and job_id in now_jobs:
-                fate.name, fate.requeue = now_jobs[job_id].name, now_jobs[job_id].requeue
     return dict(changed=bool(command), jobs=[fate.as_dict() for fate in fates.values()], signalled=signalled,
                 waited=waited, command=command)
+
+
+def _last_look(client: Any, fates: Dict[str, JobFate]) -> Dict[str, SlurmJob]:
+    """Each job's state now (None: Slurm lists it no more), and the name of those known only by id."""
+    now_jobs = {job.job_id: job for job in client.jobs(states=EVERY_JOB_STATE)}
+    for job_id, fate in fates.items():
+        fate.state = now_jobs[job_id].state if job_id in now_jobs else None
+        if fate.name is None and job_id in now_jobs:
+            fate.name, fate.requeue = now_jobs[job_id].name, now_jobs[job_id].requeue
+    return now_jobs
+
+
+def killed_by_the_signal(fate: JobFate, job: Optional[SlurmJob]) -> bool:
+    """A job we signalled that left and ended FAILED: its batch script died of (or failed after) the
+    signal instead of exiting with the RequeueExit code, so slurmctld did not requeue it."""
+    return fate.signalled and fate.fate == LEFT and job is not None and job.state == "FAILED"
+
+
+def _requeue_the_killed(client: Any, fates: Dict[str, JobFate], now_jobs: Dict[str, SlurmJob],
+                        command: List[List[str]]) -> bool:
+    """Requeue each job the signal ended FAILED; report those that cannot be. True if any was requeued."""
+    requeued = False
+    for job_id, fate in fates.items():
+        job = now_jobs.get(job_id)
+        if not killed_by_the_signal(fate, job):
+            continue
+        if job.requeue is False:
+            fate.note = ("ended FAILED on the signal and is not requeueable (--no-requeue): its work since its "
+                         "last checkpoint is lost; resubmit it")
+            continue
+        try:
+            result = client.requeue([job_id])
+        except SlurmTimeoutError:
+            raise
+        except SlurmCommandError as exc:
+            fate.note = "ended FAILED on the signal; requeue refused (%s)" % (exc.stderr.strip() or exc.rc)
+            continue
+        command.append(list(result.argv))
+        fate.fate = REQUEUED
+        fate.note = ("ended FAILED on the signal (its batch script did not exit with the RequeueExit code "
+                     "after a checkpoint); requeued")
+        requeued = True
+    return requeued
 
 
 def _tolerant(client: Any, node: str, job_id: str, call: Callable[[str], Any], refused_ok: bool = False) -> Any:

@@ -9,6 +9,7 @@ XID 79 chaos drill: tests/integration/chaos/test_drill_end_to_end.py.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -284,16 +285,35 @@ def test_a_storm_trips_the_breaker_at_its_cap(fleet):
         assert len(acted) == cap and len(refused) == len(storm) - cap, results
         assert all(results[n]["result"] == "refused" for n in refused)
         assert cordoned_max[0] <= cap
-        for node in refused:  # refused: not fenced, not cordoned
-            assert fleet.slurm_states()[node].split("|")[0] in ("idle", "mixed", "allocated")
+        states = fleet.slurm_states()
+        for node in refused:
+            # Refused: fenced in Slurm with our reason (no new work on a dead GPU), and nothing more.
+            state, reason = states[node].split("|", 1)
+            assert state.startswith("drain") and reason.startswith("gpufleet: "), (node, states[node])
+            assert not fleet.kube_node(node)["spec"].get("unschedulable"), node
+            assert [step["phase"] for step in results[node]["timeline"]] == ["notify", "fence", "record"], results[node]
         breaker = fleet.module("remediation_breaker", {"kubeconfig": str(lab.kubeconfig), "namespace": NAMESPACE})[
             "breaker"
         ]
         assert breaker["tripped"]
+        assert sorted(entry["node"] for entry in breaker["refused"]) == sorted(refused)
+        # A refusal is not a remediation: the history says BREAKER_OPEN, which escalation does not count.
+        history = lab.kube().read_namespaced_config_map("gpufleet-remediation-history", NAMESPACE).data
+        for node in refused:
+            assert json.loads(history[node])[-1]["action"] == "BREAKER_OPEN", history[node]
         wait_for(lambda: firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert in Alertmanager")
-        # The reset closes it and resolves the alert.
-        fleet.reset_state()
+        # The reset closes it, resolves the alert and names the refused nodes, still fenced.
+        reset = lab.playbook("remediation-reset.yml", extra={"clear_slots": True})
+        assert reset.rc == 0, reset.output[-3000:]
+        assert all(node in reset.output for node in refused), reset.output[-3000:]
+        assert "waiting for their remediation" in reset.output
         wait_for(lambda: not firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert resolved")
+        # The fault is still there: the next run of a refused node remediates it (it is not held
+        # as "came back after remediation"); a dry run shows the plan without acting.
+        again = fleet.remediate(refused[0], remediation_dry_run=True)
+        assert again.rc == 0, again.output[-3000:]
+        assert "plan RESTART_BM" in again.output and "HOLD" not in again.output, again.output[-3000:]
+        fleet.reset_state()
     finally:
         stop.set()
         for node in storm:

@@ -288,6 +288,75 @@ def test_evacuation_of_a_train_sim_job(lab, tmp_path, restore):
     assert " step=%d " % step in resumed[0] + " ", resumed
 
 
+# The ways a training job is submitted, each a requeueable batch job: the program as the batch
+# script is the case above; these run it inside a shell, which --full signals too.
+SCRIPT_FORMS = {
+    # sbatch --wrap: /bin/sh runs the program; the shell dies of the signal, the job ends FAILED.
+    "wrap": None,
+    # A bash script that runs it as a step with srun.
+    "srun": "#!/bin/bash\nsrun {train}\n",
+    # A bash script that traps the signal, forwards it and exits with the program's code (75).
+    "trap": "#!/bin/bash\n{train} &\nchild=$!\ntrap 'kill -TERM $child; wait $child; exit $?' TERM\n"
+            "wait $child\nwait $child\nexit $?\n",
+}
+
+
+def test_a_job_in_any_script_form_comes_back_from_its_checkpoint(lab, tmp_path, active, restore):
+    """Jobs run through a shell (--wrap, bash + srun, bash that forwards the signal) are requeued and
+    resume from a checkpoint on another node; a job that ends successfully in the grace is left alone."""
+    train = str(lab.lab_dir / "bin" / "train_sim")
+    runs = {}
+    for form, script in SCRIPT_FORMS.items():
+        run_dir = lab.lab_dir / "storage" / "checkpoints" / ("it-form-%s-%d" % (form, time.time_ns()))
+        output = run_dir.with_suffix(".out")
+        command = "%s --checkpoint-dir %s --steps 100000 --checkpoint-every 20 --keep 1000" % (train, run_dir)
+        if script is None:
+            body = ["--wrap", command]
+        else:
+            path = tmp_path / ("%s.sh" % form)
+            path.write_text(script.format(train=command))
+            body = [str(path)]
+        job_id = submit(lab, restore, "--requeue", "--open-mode=append", "--output=%s" % output,
+                        "--job-name=it-%s" % form, *body)
+        runs[form] = (job_id, run_dir, output)
+    done = tmp_path / "done.sh"
+    done.write_text("#!/bin/bash\ntrap 'exit 0' TERM\nwhile true; do sleep 1; done\n")
+    finisher = submit(lab, restore, "--requeue", "--output=/dev/null", "--job-name=it-done", str(done))
+    for form, (_job_id, _run_dir, output) in runs.items():
+        wait_for("%s job stepping" % form, lambda output=output: output.is_file() and
+                 len([ln for ln in output.read_text().splitlines() if ln.startswith("checkpoint ")]) >= 2, timeout=60)
+    wait_for("the finisher running", lambda: job_fields(lab, finisher).get("JobState") == "RUNNING")
+    first_nodes = {form: job_fields(lab, job_id)["NodeList"] for form, (job_id, _d, _o) in runs.items()}
+    nodes = sorted(set(first_nodes.values()) | {job_fields(lab, finisher)["NodeList"]})
+    assert len(nodes) < len(active), "at least one node must stay to take the requeued jobs: %s" % nodes
+    tasks = [node_task(node, "drain", OURS) for node in nodes]
+    tasks += [jobs_task(node, state="evacuated", grace=30, poll=0.25, register="evac_%d" % index)
+              for index, node in enumerate(nodes)]
+    results = play(lab, tmp_path, tasks)
+    reported = {job["job_id"]: job for index in range(len(nodes)) for job in results["evac_%d" % index]["jobs"]}
+
+    # The finisher ended COMPLETED within the grace: left alone, not requeued.
+    assert (reported[finisher]["fate"], reported[finisher]["state"]) == ("left", "COMPLETED"), reported[finisher]
+    assert job_fields(lab, finisher)["Restarts"] == "0"
+    for form, (job_id, run_dir, output) in runs.items():
+        fate = reported[job_id]
+        assert fate["signalled"] and fate["fate"] in ("left", "requeued"), (form, fate)
+        if form == "trap":
+            # Exit 75 after the checkpoint: slurmctld requeued it by RequeueExit.
+            assert fate["fate"] == "left", fate
+        else:
+            # The shell died of the signal; the job ended FAILED and the remediation requeued it.
+            assert fate["fate"] == "requeued" and "ended FAILED on the signal" in fate["note"], (form, fate)
+        wait_for("%s job running again" % form, lambda job_id=job_id: job_fields(lab, job_id).get("JobState")
+                 == "RUNNING" and job_fields(lab, job_id)["NodeList"] not in nodes, timeout=60)
+        assert job_fields(lab, job_id)["Restarts"] == "1", (form, job_fields(lab, job_id))
+        wait_for("%s job resumed" % form, lambda output=output: "resume " in output.read_text(), timeout=30)
+        resumed = next(ln for ln in output.read_text().splitlines() if ln.startswith("resume "))
+        step = int(resumed.split(" step=")[1].split()[0])
+        # From a checkpoint it saved before the signal (or on it), not from the start.
+        assert step >= 20 and (run_dir / ("ckpt-%09d.json" % step)).is_file(), (form, resumed)
+
+
 def test_evacuation_requeues_or_cancels_the_jobs_that_stay(lab, tmp_path, active, restore):
     """Jobs that ignore the signal: after the grace the requeueable ones (an array's tasks) are
     requeued by their task ids (12_3, never 12: that would be every task) and the rest cancelled."""

@@ -83,7 +83,11 @@ def test_reset_plans_reset_verify_and_resume(action):
 def test_proportionate_plans():
     assert plans.plan_for("RESTART_APP").phases == ("notify", "record")
     assert plans.plan_for("IGNORE").phases == ("record",)
-    assert not plans.plan_for("BREAKER_OPEN").acts
+    # A refused remediation still fences in Slurm (no new work), and only that; it takes no slot.
+    refused = plans.plan_for("BREAKER_OPEN")
+    assert refused.phases == ("notify", "fence", "record") and not refused.needs_slot
+    assert plans.plan_for("BREAKER_OPEN", fence_when_open=False).phases == ("notify", "record")
+    assert plans.plan_for("RESTART_BM").needs_slot
     assert "hold" in plans.plan_for("CONTACT_SUPPORT").phases
 
 
@@ -105,7 +109,7 @@ def test_overrides_apply_and_bad_ones_name_their_field():
         "phase": ({"IGNORE": ["notify", "dance", "record"]}, "remediation_plans.IGNORE[1]"),
         "order": ({"IGNORE": ["record", "notify"]}, "remediation_plans.IGNORE"),
         "record last": ({"IGNORE": ["notify"]}, "remediation_plans.IGNORE"),
-        "breaker": ({"BREAKER_OPEN": ["fence", "record"]}, "remediation_plans.BREAKER_OPEN"),
+        "breaker": ({"BREAKER_OPEN": ["fence", "quarantine", "record"]}, "remediation_plans.BREAKER_OPEN"),
     }
     for _name, (override, field) in cases.items():
         with pytest.raises(FieldError) as error:
@@ -155,6 +159,37 @@ def test_escalation_settings_are_checked():
 def test_breaker_cap_is_the_smaller_of_percent_and_count_never_zero():
     policy = breaker.BreakerPolicy(max_percent=20, max_nodes=10)
     assert [policy.cap(n) for n in (1, 4, 10, 50, 1000)] == [1, 1, 2, 10, 10]
+
+
+def test_the_default_cap_lets_two_nodes_of_an_eight_node_pool_through():
+    policy = breaker.BreakerPolicy.from_dict({})
+    assert [policy.cap(n) for n in (4, 8, 16)] == [1, 2, 4]
+    state, granted = breaker.BreakerState(), []
+    for index in range(3):
+        state, decision = breaker.take_slot(state, "n%d" % index, "r%d" % index, 100.0 + index, 8, policy)
+        granted.append(decision.granted)
+    assert granted == [True, True, False] and state.tripped
+
+
+def test_refused_nodes_stay_listed_once_each_until_one_of_their_remediations_is_granted():
+    policy = breaker.BreakerPolicy(max_percent=100, max_nodes=1, window_s=600)
+    state, _first = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
+    state, _trip = breaker.take_slot(state, "n2", "r2", 1.0, 4, policy)
+    state, _again = breaker.take_slot(state, "n2", "r2b", 2.0, 4, policy)  # n2's alert repeats
+    state, _other = breaker.take_slot(state, "n3", "r3", 3.0, 4, policy)
+    assert [(entry["node"], entry["id"]) for entry in state.refused] == [("n2", "r2b"), ("n3", "r3")]
+    # The reset closes the breaker and keeps the list: the reset playbook names them.
+    state = breaker.reset(state, clear_slots=True)
+    assert not state.tripped and [entry["node"] for entry in state.refused] == ["n2", "n3"]
+    state, decision = breaker.take_slot(state, "n3", "r3c", 4.0, 4, policy)
+    assert decision.granted and [entry["node"] for entry in state.refused] == ["n2"]
+
+
+def test_fence_when_open_is_a_flag():
+    assert breaker.BreakerPolicy.from_dict({"fence_when_open": False}).fence_when_open is False
+    with pytest.raises(FieldError) as error:
+        breaker.BreakerPolicy.from_dict({"fence_when_open": "no"})
+    assert error.value.field == "remediation_breaker.fence_when_open"
 
 
 def test_breaker_trips_at_the_cap_and_stays_open():

@@ -135,8 +135,10 @@ class FakeSlurm:
     def requeue(self, job_ids):
         (job_id,) = job_ids
         job = self._job(job_id)
+        # slurmctld requeues a finished batch job too, while it still lists it (MinJobAge).
         if not self.check_mode:
-            self._gone(job, ["scontrol", "requeue", job_id])
+            if job.state not in ("FAILED", "COMPLETED", "CANCELLED"):
+                self._gone(job, ["scontrol", "requeue", job_id])
             if job.refuse_requeue:
                 raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
                                         stderr="Requeue of JobId=%s returned an error: Only batch jobs are accepted "
@@ -359,3 +361,51 @@ def test_a_job_signalled_earlier_that_already_left_is_still_reported():
     slurm = FakeSlurm([Job("7", node="gpu-a-009")], clock)
     result = run(slurm, grace=30, skip_signal=["7"])
     assert result["changed"] is False and fates(result) == {"7": (True, LEFT, "RUNNING")}
+
+
+def test_a_job_whose_shell_dies_of_the_signal_ends_failed_and_is_requeued():
+    """sbatch --wrap / a bash script: --full signals the shell too; it dies (WTERMSIG 15), the job
+    ends FAILED and slurmctld does not requeue it. The remediation does, or the job is lost."""
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "FAILED"))], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, REQUEUED, "PENDING")}
+    assert result["command"] == [["scancel", "--signal=TERM", "--full", "7"], ["scontrol", "requeue", "7"]]
+    assert "ended FAILED on the signal" in result["jobs"][0]["note"]
+    assert result["waited"] == 1.0  # it left at the first poll; no waiting for the grace
+
+
+def test_jobs_that_end_completed_or_cancelled_in_the_grace_are_left_alone():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "COMPLETED")), Job("8", on_signal=(0.5, "CANCELLED"))], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, LEFT, "COMPLETED"), "8": (True, LEFT, "CANCELLED")}
+    assert [call[0] for call in slurm.mutations()] == ["signal", "signal"]
+
+
+def test_a_non_requeueable_job_the_signal_killed_is_reported_not_requeued():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", requeue=False, on_signal=(0.5, "FAILED"))], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, LEFT, "FAILED")}
+    assert [call[0] for call in slurm.mutations()] == ["signal"]
+    assert "not requeueable" in result["jobs"][0]["note"] and "resubmit" in result["jobs"][0]["note"]
+
+
+def test_a_refused_requeue_of_a_killed_job_is_reported():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "FAILED"), refuse_requeue=True)], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, LEFT, "FAILED")}
+    assert "requeue refused (Requeue of JobId=7" in result["jobs"][0]["note"]
+
+
+def test_a_rerun_after_a_crash_requeues_a_killed_job_once():
+    """The first run signalled 7 and crashed in the wait; 7's shell died of the signal meanwhile."""
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", state="FAILED")], clock)
+    first = run(slurm, grace=30, poll=1, skip_signal=["7"])
+    assert fates(first) == {"7": (True, REQUEUED, "PENDING")}
+    assert first["command"] == [["scontrol", "requeue", "7"]]
+    again = run(slurm, grace=30, poll=1, skip_signal=["7"])
+    assert fates(again) == {"7": (True, LEFT, "PENDING")} and again["command"] == []
