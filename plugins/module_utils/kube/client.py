@@ -29,8 +29,12 @@ try:
     # cannot be reached at all (connection refused, TLS, timeouts).
     from urllib3 import Retry
     from urllib3.exceptions import HTTPError as TransportError
+    from urllib3.exceptions import NewConnectionError
+    from urllib3.exceptions import TimeoutError as TransportTimeout
 except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
     Retry = None
+    TransportTimeout = TimeoutError
+    NewConnectionError = ConnectionError
 
     class TransportError(Exception):  # type: ignore[no-redef]
         """Stand-in, as ApiException above."""
@@ -147,11 +151,24 @@ def api_failure(exc: Exception, what: str) -> KubeError:
     return error
 
 
+def timed_out(exc: Exception) -> bool:
+    """The call ran out of time (connect or read), as opposed to being refused or failing TLS.
+
+    urllib3's NewConnectionError (a refused connection) subclasses its ConnectTimeoutError for
+    old callers' sake: it is checked first."""
+    cause = getattr(exc, "cause", exc)
+    errors = [error for error in (cause, getattr(cause, "reason", None)) if error is not None]
+    if any(isinstance(error, NewConnectionError) for error in errors):
+        return False
+    return any(isinstance(error, (TransportTimeout, TimeoutError)) for error in errors)
+
+
 def unreachable(exc: Exception, what: str) -> KubeError:
     """The KubeError for a call that never got an answer from the API server (it names the server
-    when the client is ours: ``NoAnswer``)."""
+    when the client is ours: ``NoAnswer``): "no answer" when it timed out, "cannot reach" when the
+    connection was refused or failed."""
     if isinstance(exc, NoAnswer):
-        return KubeError("%s: no answer from the %s" % (what, exc))
+        return KubeError("%s: %s the %s" % (what, "no answer from" if timed_out(exc) else "cannot reach", exc))
     return KubeError("%s: cannot reach the Kubernetes API server: %s" % (what, exc))
 
 

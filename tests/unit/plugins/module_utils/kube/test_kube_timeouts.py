@@ -10,6 +10,7 @@ generous margin for a loaded machine), not retried, with an error that names the
 from __future__ import annotations
 
 import math
+import socket
 import time
 
 import pytest
@@ -94,6 +95,22 @@ def test_our_node_writer_names_the_server(hung_server, tmp_path):
     assert elapsed < 1.0 + MARGIN, elapsed
     message = str(error)
     assert "read node gpu-a-001: no answer from the Kubernetes API server %s" % server in message, message
+
+
+def test_a_refused_connection_says_cannot_reach_not_no_answer(tmp_path):
+    """A closed port refuses at once; urllib3's NewConnectionError subclasses its ConnectTimeoutError,
+    and the message must still say what happened."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = "http://127.0.0.1:%d" % port
+    writer = NodeWriter(core_v1(kubeconfig_for(tmp_path, server), timeout=(2.0, 2.0)))
+    elapsed, error = timed(lambda: writer.read_node("gpu-a-001"))
+    assert isinstance(error, KubeError), repr(error)
+    assert elapsed < 2.0 + MARGIN, elapsed
+    message = str(error)
+    assert "read node gpu-a-001: cannot reach the Kubernetes API server %s" % server in message, message
+    assert "Connection refused" in message, message
 
 
 def test_defaults_are_set_on_every_call_and_a_watch_reads_longer(tmp_path, monkeypatch):
