@@ -37,19 +37,4 @@ options:
   slurm_bin_dir:
     description: Directory of the Slurm commands when they are not on the PATH.
     type: path
-  kube_connect_timeout:
-    description:
-      - Seconds to wait for the Kubernetes API server to accept the connection (and finish the TLS
-        handshake) on each API call. A connection error is retried once; a call that times out is not.
-      - Between 0 (excluded) and 3600.
-    type: float
-    default: 5
-  kube_read_timeout:
-    description:
-      - Seconds to wait for the Kubernetes API server's answer on each API call. A server that accepts
-        the connection and never answers fails the task after this long, with an error that names the
-        server; the call is not retried.
-      - Between 0 (excluded) and 3600.
-    type: float
-    default: 30
 """
