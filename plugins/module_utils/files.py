@@ -16,6 +16,15 @@ import tempfile
 from typing import Optional
 
 
+def read_or_none(path: str) -> Optional[bytes]:
+    """The file's bytes, or None when there is no such file (what a writer compares before writing)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
 def write_atomic(path: str, data: bytes, mode: int = 0o644, uid: Optional[int] = None,
                  gid: Optional[int] = None) -> None:
     """A reader sees the old file or the new one, never a part: a temporary file in the same

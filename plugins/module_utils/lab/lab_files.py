@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_or_none
 
 STATES = ("file", "directory", "absent")
 KEYS = ("path", "state", "content", "mode", "owner", "group", "force", "validate")
@@ -129,14 +130,6 @@ def parse(entries: Sequence[Any], field: str = "files") -> List[FileSpec]:
     return specs
 
 
-def _read(path: str) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
 def plan(spec: FileSpec) -> List[str]:
     """What ``spec`` needs: [] when the path is as wanted, else some of ``create``, ``content``,
     ``mode``, ``owner``, ``group``, ``remove``. Raises LabFilesError when another kind of file is there."""
@@ -152,7 +145,7 @@ def plan(spec: FileSpec) -> List[str]:
                             % (spec.path, _kind(found.st_mode), "directory" if spec.state == "directory" else
                                "regular file"))
     needs = []
-    if spec.state == "file" and spec.force and _read(spec.path) != spec.content.encode("utf-8"):
+    if spec.state == "file" and spec.force and read_or_none(spec.path) != spec.content.encode("utf-8"):
         needs.append("content")
     if spec.mode is not None and stat.S_IMODE(found.st_mode) != spec.mode:
         needs.append("mode")
@@ -177,7 +170,7 @@ def before_text(spec: FileSpec) -> str:
     """The current content, for a diff ('' when missing or not a file we write)."""
     if spec.state != "file":
         return ""
-    data = _read(spec.path)
+    data = read_or_none(spec.path)
     return "" if data is None else data.decode("utf-8", errors="replace")
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_or_none, write_atomic
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report import (
     document,
     history,
@@ -51,14 +51,6 @@ def render(doc: Mapping[str, Any], formats: Sequence[str]) -> Dict[str, Tuple[st
             for name in FORMATS if name in formats}
 
 
-def _read(path: str) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
 def write_reports(doc: Mapping[str, Any], dest: str, formats: Sequence[str], check_mode: bool) -> Dict[str, Any]:
     """Write the drill's reports into ``dest``; in check mode, only say which files would change."""
     rendered = render(doc, formats)
@@ -72,7 +64,7 @@ def write_reports(doc: Mapping[str, Any], dest: str, formats: Sequence[str], che
             path = os.path.join(dest, file_name)
             files[name] = path
             data = text.encode("utf-8")
-            if _read(path) != data:
+            if read_or_none(path) != data:
                 changed.append(path)
                 if not check_mode:
                     write_atomic(path, data)
