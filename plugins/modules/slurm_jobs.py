@@ -22,7 +22,10 @@ description:
     requeueable and cancelled (C(scancel)) otherwise, or cancelled with O(then=cancel). A job whose
     requeue flag Slurm does not report is treated as requeueable, Slurm's default (C(JobRequeue=1));
     if slurmctld refuses to requeue it (it is not a batch job), it is cancelled.
-  - Last, each job's state is read once more and reported with its fate.
+  - Last, each job's state is read once more and reported with its fate. A requeueable job the signal
+    ended V(FAILED) (its shell died of it, so slurmctld did not requeue it) is requeued then; one that
+    exited with a C(RequeueExit) code (read from C(scontrol show config)) is left to slurmctld, which
+    requeues it, though 22.05 may still list it as V(FAILED) for a moment.
   - The node itself is not touched; fence it first with M(gpufleet.resilience.slurm_node)
     (O(gpufleet.resilience.slurm_node#module:state=drain)), so requeued jobs start elsewhere.
   - Works with Slurm 22.05 (Debian bookworm) and 24.11 (Debian trixie). Job ids such as C(12_3) (array tasks) work.
@@ -133,7 +136,8 @@ jobs:
   description:
     - With O(state=listed), the jobs on the node as M(gpufleet.resilience.slurm_node_info) returns them
       (C(job_id), C(name), C(state), C(flags), C(reason), C(nodelist), C(nodes), C(partition), C(user),
-      C(requeue), C(restarts), C(batch_host)).
+      C(requeue), C(restarts), C(batch_host), C(exit_code): the batch script's exit code once it has
+      exited, else V(null)).
     - With O(state=evacuated), each job that was on the node and its fate (below).
   returned: success
   type: list

@@ -195,6 +195,7 @@ nodes:
           requeue: true
           restarts: 0
           batch_host: gpu-a-001
+          exit_code: null
 """
 
 from ansible.module_utils.basic import AnsibleModule

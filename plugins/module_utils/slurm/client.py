@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sc
     parse_nodes_json,
     parse_nodes_text,
     parse_ping,
+    parse_requeue_exit,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sinfo import parse_sinfo_json
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_squeue import (
@@ -125,6 +126,11 @@ class SlurmClient:
                                   states="all", format=SQUEUE_FORMAT).stdout
             jobs = parse_squeue_text(out)
         return filter_jobs(jobs, nodes=nodes, states=states)
+
+    def requeue_exit_codes(self) -> List[int]:
+        """slurm.conf's RequeueExit codes (``scontrol show config``): a batch job that exits with one
+        is requeued by slurmctld itself."""
+        return parse_requeue_exit(self.runner.run("scontrol", "action", action=["show", "config"]).stdout)
 
     def set_node_state(self, node: str, state: str, reason: Optional[str] = None) -> CommandResult:
         """``scontrol update NodeName=<node> State=<state> [Reason=<reason>]``."""

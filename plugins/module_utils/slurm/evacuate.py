@@ -262,19 +262,38 @@ def _last_look(client: Any, fates: Dict[str, JobFate]) -> Dict[str, SlurmJob]:
     return now_jobs
 
 
-def killed_by_the_signal(fate: JobFate, job: Optional[SlurmJob]) -> bool:
+def killed_by_the_signal(fate: JobFate, job: Optional[SlurmJob], requeue_exit: Callable[[], Sequence[int]]) -> bool:
     """A job we signalled that left and ended FAILED: its batch script died of (or failed after) the
-    signal instead of exiting with the RequeueExit code, so slurmctld did not requeue it."""
-    return fate.signalled and fate.fate == LEFT and job is not None and job.state == "FAILED"
+    signal instead of exiting with the RequeueExit code, so slurmctld did not requeue it.
+
+    A job that did exit with a RequeueExit code reads FAILED too for a moment (22.05's JSON shows
+    the base state without the REQUEUED flag) while slurmctld requeues it: that one is left alone.
+    ``requeue_exit`` reads the codes, only when a job needs them.
+    """
+    if not (fate.signalled and fate.fate == LEFT and job is not None and job.state == "FAILED"):
+        return False
+    if "REQUEUED" in job.flags:
+        return False
+    if job.exit_code is not None and job.exit_code in requeue_exit():
+        fate.note = "exited %d, a RequeueExit code: slurmctld requeues it" % job.exit_code
+        return False
+    return True
 
 
 def _requeue_the_killed(client: Any, fates: Dict[str, JobFate], now_jobs: Dict[str, SlurmJob],
                         command: List[List[str]]) -> bool:
     """Requeue each job the signal ended FAILED; report those that cannot be. True if any was requeued."""
     requeued = False
+    codes: List[Sequence[int]] = []
+
+    def requeue_exit() -> Sequence[int]:
+        if not codes:
+            codes.append(client.requeue_exit_codes())
+        return codes[0]
+
     for job_id, fate in fates.items():
         job = now_jobs.get(job_id)
-        if not killed_by_the_signal(fate, job):
+        if not killed_by_the_signal(fate, job, requeue_exit):
             continue
         if job.requeue is False:
             fate.note = ("ended FAILED on the signal and is not requeueable (--no-requeue): its work since its "

@@ -197,6 +197,9 @@ class SlurmJob:
     requeue: Optional[bool] = None  # None where the source does not say (squeue text)
     restarts: Optional[int] = None
     batch_host: Optional[str] = None
+    # The batch script's exit code when it exited (None: still running, died of a signal, or the
+    # source does not say): a RequeueExit code means slurmctld requeues the job itself.
+    exit_code: Optional[int] = None
 
     @property
     def active(self) -> bool:
@@ -209,7 +212,8 @@ class SlurmJob:
     def as_dict(self) -> Dict[str, Any]:
         return dict(job_id=self.job_id, name=self.name, state=self.state, flags=list(self.flags),
                     reason=self.reason, nodelist=self.nodelist, nodes=list(self.nodes), partition=self.partition,
-                    user=self.user, requeue=self.requeue, restarts=self.restarts, batch_host=self.batch_host)
+                    user=self.user, requeue=self.requeue, restarts=self.restarts, batch_host=self.batch_host,
+                    exit_code=self.exit_code)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmParseError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import (
+    ACTIVE_JOB_STATES,
     BASE_STATES,
     SlurmJob,
     SlurmNode,
@@ -52,6 +53,22 @@ def parse_version(text: str) -> SlurmVersion:
 def parse_ping(text: str) -> List[Dict[str, str]]:
     """'Slurmctld(primary) at host is UP' lines -> [{role, host, state}]."""
     return [dict(role=role, host=host, state=state.upper()) for role, host, state in _PING.findall(text or "")]
+
+
+def parse_requeue_exit(text: str) -> List[int]:
+    """``scontrol show config``'s ``RequeueExit = 75,80-82`` -> [75, 80, 81, 82]; [] for (null)."""
+    match = re.search(r"^RequeueExit\s*=\s*(\S+)\s*$", text or "", re.M)
+    if not match or match.group(1) == "(null)":
+        return []
+    codes: List[int] = []
+    for part in match.group(1).split(","):
+        low, _dash, high = part.partition("-")
+        try:
+            codes.extend(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise SlurmParseError("scontrol show config", "RequeueExit is not a list of codes",
+                                  match.group(0)) from None
+    return codes
 
 
 def split_records(text: str) -> List[str]:
@@ -154,8 +171,17 @@ def parse_jobs_text(text: str) -> List[SlurmJob]:
             partition=null(fields.get("Partition")), user=user.split("(", 1)[0] if user else None,
             requeue=fields["Requeue"] == "1" if "Requeue" in fields else None,
             restarts=_int(fields.get("Restarts")), batch_host=null(fields.get("BatchHost")),
+            exit_code=_exit_code(fields.get("ExitCode"), state),
         ))
     return jobs
+
+
+def _exit_code(value: Optional[str], state: str) -> Optional[int]:
+    """``ExitCode=75:0`` (code:signal) of a job that has exited; None while it runs or after a signal."""
+    code, _colon, signal = (value or "").partition(":")
+    if state in ACTIVE_JOB_STATES or signal not in ("", "0"):
+        return None
+    return _int(code)
 
 
 def load_json(doc: JsonDoc, what: str) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmParseError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import (
+    ACTIVE_JOB_STATES,
     SlurmJob,
     expand_hostlist,
     null,
@@ -112,6 +113,22 @@ def _job_state(value: Any) -> Tuple[str, Tuple[str, ...]]:
     return str(value or "UNKNOWN").upper(), ()
 
 
+def json_exit_code(value: Any) -> Optional[int]:
+    """The exit code of a job that exited, else None.
+
+    v0.0.38 gives the raw wait status (75 << 8 for ``exit 75``; the low 7 bits are a signal);
+    v0.0.40+ ``{"status": ["EXITED"|"SIGNALED"|...], "return_code": {set, number}, ...}``.
+    """
+    if isinstance(value, Mapping):
+        if "SIGNALED" in (value.get("status") or ()):
+            return None
+        return json_number(value.get("return_code"))
+    status = json_number(value)
+    if status is None or status & 0x7F:
+        return None
+    return (status >> 8) & 0xFF
+
+
 def job_from_json(obj: Mapping[str, Any]) -> SlurmJob:
     """One job of ``squeue --json`` (v0.0.38 or v0.0.40+) or ``scontrol show job --json``."""
     if obj.get("job_id") is None:
@@ -132,6 +149,7 @@ def job_from_json(obj: Mapping[str, Any]) -> SlurmJob:
         nodelist=nodelist, nodes=tuple(expand_hostlist(nodelist)), partition=null(obj.get("partition")),
         user=null(obj.get("user_name")), requeue=bool(requeue) if requeue is not None else None,
         restarts=json_number(obj.get("restart_cnt")), batch_host=null(obj.get("batch_host")),
+        exit_code=None if state in ACTIVE_JOB_STATES else json_exit_code(obj.get("exit_code")),
     )
 
 

@@ -257,6 +257,17 @@ class StopRequest:
     def _handle(self, signum: int, _frame: object) -> None:
         self.signal_name = signal.Signals(signum).name
 
+    def ignore_more(self) -> None:
+        """Ignore SIGTERM and SIGINT from now on: for the exit after the loop.
+
+        While Python shuts down it puts back the default action of a signal it had a handler for,
+        so a repeated SIGTERM then (a batch script's trap forwarding the one Slurm sent the whole
+        job, or a second scancel) would kill the job with 143 instead of its 75, and slurmctld
+        would not requeue it. An ignored signal stays ignored.
+        """
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     def pause(self, seconds: float) -> None:
         if self._wakeup_read is None:
             time.sleep(seconds)
@@ -444,6 +455,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except OSError as exc:
         log.event("error", reason=str(exc).replace(" ", "_"))
         return EXIT_ERROR
+    finally:
+        stop.ignore_more()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import io
@@ -151,6 +152,24 @@ def test_sigterm_saves_a_checkpoint_and_exits_for_requeue(tmp_path: Path) -> Non
     again = run(tmp_path, "--steps", str(last_step + 3))
     assert events(again.stdout, "resume")[0]["step"] == str(last_step)
     assert [int(e["step"]) for e in events(again.stdout, "step")] == [last_step + 1, last_step + 2, last_step + 3]
+
+
+def test_repeated_sigterms_until_it_exits_still_end_in_the_requeue_code(tmp_path: Path) -> None:
+    """A batch script's trap forwards TERM to a program that Slurm's --full signalled already: a
+    repeat that lands while Python shuts down (default action back) once ended the job with 143."""
+    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", str(tmp_path), "--hash-rounds", str(ROUNDS),
+            "--steps", "100000", "--checkpoint-every", "1000", "--step-seconds", "0.01"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if events(line, "step") and events(line, "step")[0]["step"] == "3":
+            break
+    while proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        time.sleep(0.0005)
+    out, _stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 75, out[-2000:]
+    assert events(out, "interrupted")[0]["signal"] == "SIGTERM"
 
 
 def test_sigterm_during_a_long_sleep_is_handled_promptly(tmp_path: Path) -> None:

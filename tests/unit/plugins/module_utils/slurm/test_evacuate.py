@@ -62,6 +62,7 @@ class Job:
     refuse_requeue: bool = False
     signalled_at: Optional[float] = None
     flags: Tuple[str, ...] = ()
+    exit_code: Optional[int] = None
 
 
 @dataclass
@@ -101,7 +102,8 @@ class FakeSlurm:
         self.calls.append(("jobs", tuple(nodes or ()), bool(states)))
         self._settle()
         listed = [SlurmJob(job_id=job.job_id, state=job.state, name=job.name, nodelist=job.node,
-                           nodes=(job.node,) if job.node else (), requeue=job.requeue, flags=job.flags)
+                           nodes=(job.node,) if job.node else (), requeue=job.requeue, flags=job.flags,
+                           exit_code=job.exit_code)
                   for job in self.jobs_]
         return filter_jobs(listed, nodes=nodes, states=states)
 
@@ -131,6 +133,10 @@ class FakeSlurm:
         if not self.check_mode:
             job.signalled_at = self.clock.now
         return result
+
+    def requeue_exit_codes(self):
+        self.calls.append(("requeue_exit_codes",))
+        return [75]
 
     def requeue(self, job_ids):
         (job_id,) = job_ids
@@ -373,6 +379,36 @@ def test_a_job_whose_shell_dies_of_the_signal_ends_failed_and_is_requeued():
     assert result["command"] == [["scancel", "--signal=TERM", "--full", "7"], ["scontrol", "requeue", "7"]]
     assert "ended FAILED on the signal" in result["jobs"][0]["note"]
     assert result["waited"] == 1.0  # it left at the first poll; no waiting for the grace
+
+
+def test_a_job_that_exited_with_a_requeue_exit_code_is_left_to_slurmctld():
+    """exit 75 after the checkpoint: 22.05's JSON reads FAILED (no REQUEUED flag) for a moment while
+    slurmctld requeues it; a second requeue from us is not needed, and the report says so."""
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "FAILED"), exit_code=75)], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, LEFT, "FAILED")}
+    assert [call[0] for call in slurm.mutations()] == ["signal"]
+    assert result["jobs"][0]["note"] == "exited 75, a RequeueExit code: slurmctld requeues it"
+
+
+def test_a_failed_job_slurm_flags_requeued_is_left_alone_and_other_exit_codes_are_requeued():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "FAILED"), flags=("REQUEUED",)),
+                       Job("8", on_signal=(0.5, "FAILED"), exit_code=1)], clock)
+    result = run(slurm, grace=30, poll=1)
+    assert fates(result) == {"7": (True, LEFT, "FAILED"), "8": (True, REQUEUED, "PENDING")}
+    assert [call[0] for call in slurm.mutations()] == ["signal", "signal", "requeue"]
+
+
+def test_the_requeue_exit_codes_are_read_once_and_only_for_a_failed_job():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "COMPLETED"))], clock)
+    run(slurm, grace=30, poll=1)
+    assert ("requeue_exit_codes",) not in slurm.calls
+    slurm = FakeSlurm([Job("7", on_signal=(0.5, "FAILED"), exit_code=2), Job("8", on_signal=(0.5, "FAILED"))], clock)
+    run(slurm, grace=30, poll=1)
+    assert slurm.calls.count(("requeue_exit_codes",)) == 1
 
 
 def test_jobs_that_end_completed_or_cancelled_in_the_grace_are_left_alone():

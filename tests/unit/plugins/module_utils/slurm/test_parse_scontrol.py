@@ -11,6 +11,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sc
     parse_nodes_text,
     parse_ping,
     parse_record,
+    parse_requeue_exit,
     parse_version,
     split_records,
 )
@@ -150,3 +151,19 @@ def test_ping():
     assert parse_ping("Slurmctld(primary) at ctl-1 is UP\nSlurmctld(backup) at ctl-2 is DOWN\n") == [
         dict(role="primary", host="ctl-1", state="UP"), dict(role="backup", host="ctl-2", state="DOWN")]
     assert parse_ping("") == []
+
+
+def test_requeue_exit():
+    config = "JobRequeue              = 1\nRequeueExit             = 75,80-82\nRequeueExitHold         = (null)\n"
+    assert parse_requeue_exit(config) == [75, 80, 81, 82]
+    assert parse_requeue_exit("RequeueExit             = (null)\n") == []
+    assert parse_requeue_exit("RequeueExitHold = 75\n") == []
+    with pytest.raises(SlurmParseError, match="RequeueExit is not a list of codes"):
+        parse_requeue_exit("RequeueExit = 75,x\n")
+
+
+def test_a_finished_jobs_exit_code_and_none_while_it_runs_or_after_a_signal():
+    text = ("JobId=7 JobName=a JobState=FAILED Requeue=1 Restarts=0 ExitCode=75:0\n"
+            "JobId=8 JobName=b JobState=FAILED Requeue=1 Restarts=0 ExitCode=0:15\n"
+            "JobId=9 JobName=c JobState=RUNNING Requeue=1 Restarts=0 ExitCode=0:0\n")
+    assert [job.exit_code for job in parse_jobs_text(text)] == [75, None, None]

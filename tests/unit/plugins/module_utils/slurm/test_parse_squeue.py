@@ -10,6 +10,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sc
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_squeue import (
     SQUEUE_FORMAT,
     filter_jobs,
+    job_from_json,
     jobs_by_node,
     parse_jobs_json,
     parse_squeue_default,
@@ -29,6 +30,21 @@ def test_json(captures, version):
     pending = [job for job in jobs.values() if job.state == "PENDING"]
     assert pending and all(job.nodes == () for job in pending)
     assert {job.reason for job in pending} <= {"Resources", "Priority"}
+
+
+@pytest.mark.parametrize("exit_code, expected", [
+    (75 << 8, 75),  # v0.0.38: the raw wait status of `exit 75`
+    (15, None),  # v0.0.38: died of SIGTERM
+    ({"status": ["EXITED"], "return_code": {"set": True, "infinite": False, "number": 75},
+      "signal": {"id": {"set": False, "infinite": False, "number": 0}, "name": ""}}, 75),
+    ({"status": ["SIGNALED"], "return_code": {"set": True, "infinite": False, "number": 0},
+      "signal": {"id": {"set": True, "infinite": False, "number": 15}, "name": "TERM"}}, None),
+])
+def test_the_exit_code_of_a_finished_job_from_either_json_layout(exit_code, expected):
+    finished = job_from_json({"job_id": 7, "job_state": "FAILED", "exit_code": exit_code})
+    assert finished.exit_code == expected
+    running = job_from_json({"job_id": 7, "job_state": ["RUNNING"], "exit_code": exit_code})
+    assert running.exit_code is None
 
 
 @pytest.mark.parametrize("version", VERSIONS)
