@@ -15,8 +15,10 @@ description:
   - V(lab) resets the simulated GPUs of a lab node and sends its health agent SIGUSR1, so the agent forgets the
     XID history that made the node fatal (found by its recorded PID, never by name).
   - V(command) runs O(command) on the control host with C({node}) and C({gpu}) filled in, for example
-    C([ssh, "{node}", nvidia-smi, -r, -i, "{gpu}"]), then C(systemctl kill -s USR1 gpufleet-health-agent) in the same
-    way so the agent forgets the XID; it runs without a shell.
+    C([ssh, "{node}", nvidia-smi, -r, -i, "{gpu}"]), then O(agent_command) in the same way so the node's health agent
+    forgets the XID (it keeps its faults across restarts, so without it a reset node stays fatal until the agent's
+    window passes; the module warns when O(agent_command) is empty). Both run without a shell, each under O(timeout);
+    the agent command runs only after the reset succeeded.
   - A reset is an action, not a state; the remediation records it so that a rerun does not reset twice.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
@@ -45,11 +47,19 @@ options:
     type: list
     elements: str
     default: []
+  agent_command:
+    description:
+      - With V(command), the argv that sends the node's health agent SIGUSR1 after the reset, C({node}) and C({gpu})
+        filled in, for example C([ssh, "{node}", sudo, systemctl, kill, -s, USR1, gpufleet-agent.service]) for the
+        systemd install, or a C(kubectl exec) into the node's agent pod for the DaemonSet.
+    type: list
+    elements: str
+    default: []
   lab_dir:
     description: With V(lab), the lab directory.
     type: path
   timeout:
-    description: Seconds the command may run.
+    description: Seconds each command may run (V(command)); past it the module fails and says which command it was.
     type: int
     default: 120
 """
@@ -61,6 +71,7 @@ EXAMPLES = r"""
     gpu: 3
     backend: command
     command: [ssh, "{node}", sudo, nvidia-smi, -r, -i, "{gpu}"]
+    agent_command: [ssh, "{node}", sudo, systemctl, kill, -s, USR1, gpufleet-agent.service]
 """
 
 RETURN = r"""
@@ -69,12 +80,24 @@ actions:
   type: list
   elements: str
   returned: always
+  sample:
+    - "ran: ssh gpu-a-003 sudo nvidia-smi -r -i 3"
+    - "ran: ssh gpu-a-003 sudo systemctl kill -s USR1 gpufleet-agent.service"
+agent_told:
+  description: Whether the node's health agent was told to forget its XID history (SIGUSR1, or O(agent_command)).
+  type: bool
+  returned: success
+  sample: true
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset import reset_argv, reset_lab_gpu
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset import (
+    CommandFailed,
+    reset_by_command,
+    reset_lab_gpu,
+)
 
 
 def main():
@@ -84,6 +107,7 @@ def main():
             gpu=dict(type="int"),
             backend=dict(type="str", choices=["lab", "command"], required=True),
             command=dict(type="list", elements="str", default=[]),
+            agent_command=dict(type="list", elements="str", default=[]),
             lab_dir=dict(type="path"),
             timeout=dict(type="int", default=120),
         ),
@@ -93,16 +117,17 @@ def main():
     params = module.params
     try:
         if params["backend"] == "lab":
-            module.exit_json(**reset_lab_gpu(params["lab_dir"], params["node"], params["gpu"], module.check_mode))
-        argv = reset_argv(params["command"], params["node"], params["gpu"])
+            result = reset_lab_gpu(params["lab_dir"], params["node"], params["gpu"], module.check_mode)
+        else:
+            result = reset_by_command(params["command"], params["agent_command"], params["node"], params["gpu"],
+                                      params["timeout"], module.check_mode)
+    except CommandFailed as exc:
+        module.fail_json(msg=str(exc), rc=exc.rc)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
-    if module.check_mode:
-        module.exit_json(changed=True, actions=["would run: %s" % " ".join(argv)])
-    rc, out, err = module.run_command(argv, check_rc=False)
-    if rc != 0:
-        module.fail_json(msg="the GPU reset command failed (rc %d): %s" % (rc, (err or out).strip()[-2000:]), rc=rc)
-    module.exit_json(changed=True, actions=["ran: %s" % " ".join(argv)], stdout=out, stderr=err)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
