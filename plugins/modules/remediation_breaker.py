@@ -16,6 +16,8 @@ description:
     taken out within its window, and stays open until reset here (C(playbooks/remediation-reset.yml)).
   - O(state=reset) closes it (and with O(clear_slots) empties its window); O(clear_history) forgets the escalation
     history of O(nodes) (all nodes when empty), for a node a human has repaired.
+  - The nodes refused while it was open stay listed (RV(breaker.refused)) until a remediation of each is granted a
+    slot; a reset takes off only those whose Node no longer exists (RV(refused_gone)).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -77,6 +79,11 @@ before:
   returned: when state is reset
 history_cleared:
   description: Nodes whose escalation history was cleared.
+  type: list
+  elements: str
+  returned: when state is reset
+refused_gone:
+  description: Nodes refused while the breaker was open whose Node no longer exists; the reset took them off the list.
   type: list
   elements: str
   returned: when state is reset

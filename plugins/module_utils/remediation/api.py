@@ -142,6 +142,7 @@ def reset_breaker(params: Mapping[str, Any], check_mode: bool, now: Optional[flo
         "before": answer["before"],
         "history_cleared": cleared,
         "alerts_resolved": alerts,
+        "refused_gone": answer.get("refused_gone", []),
     }
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
@@ -152,9 +152,12 @@ def take_slot(
     )
 
 
-def reset(state: BreakerState, clear_slots: bool = False) -> BreakerState:
+def reset(state: BreakerState, clear_slots: bool = False, gone: Iterable[str] = ()) -> BreakerState:
     """Close a tripped breaker; with clear_slots the window starts empty too.
 
     The refused nodes stay listed: each waits for a remediation that is granted a slot (the reset
-    playbook names them), and a crash of that playbook forgets none of them."""
-    return BreakerState(() if clear_slots else state.slots, False, None, "", state.refused)
+    playbook names them and takes them up), and a crash of that playbook forgets none of them. Only
+    the ``gone`` ones leave the list: a node that no longer exists will never be granted a slot."""
+    gone = set(gone)
+    refused = tuple(entry for entry in state.refused if entry.get("node") not in gone)
+    return BreakerState(() if clear_slots else state.slots, False, None, "", refused)

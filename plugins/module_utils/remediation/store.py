@@ -333,10 +333,16 @@ class RemediationStore:
         return breaker_rules.BreakerState.from_data(self.breaker_store().read_json("state", {}))
 
     def reset_breaker(self, clear_slots: bool) -> Dict[str, Any]:
+        # Refused nodes whose Node is gone (replaced, deleted) leave the list: read before the swap.
+        gone = sorted({entry["node"] for entry in self.breaker_state().refused
+                       if isinstance(entry.get("node"), str) and self.read_node(entry["node"]) is None})
+
         def change(data: Dict[str, str]):
             state = breaker_rules.BreakerState.from_data(json.loads(data.get("state") or "{}"))
-            new_state = breaker_rules.reset(state, clear_slots)
-            answer = {"before": state.as_data(), "after": new_state.as_data(), "changed": new_state != state}
+            new_state = breaker_rules.reset(state, clear_slots, gone)
+            dropped = sorted({entry.get("node") for entry in state.refused} - {e.get("node") for e in new_state.refused})
+            answer = {"before": state.as_data(), "after": new_state.as_data(), "changed": new_state != state,
+                      "refused_gone": dropped}
             if new_state == state:
                 return None, answer
             return {"state": json.dumps(new_state.as_data(), sort_keys=True)}, answer

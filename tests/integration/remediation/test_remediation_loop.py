@@ -302,17 +302,21 @@ def test_a_storm_trips_the_breaker_at_its_cap(fleet):
         for node in refused:
             assert json.loads(history[node])[-1]["action"] == "BREAKER_OPEN", history[node]
         wait_for(lambda: firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert in Alertmanager")
-        # The reset closes it, resolves the alert and names the refused nodes, still fenced.
-        reset = lab.playbook("remediation-reset.yml", extra={"clear_slots": True})
+        # The reset closes it, resolves the alert, names the refused nodes and takes each up once,
+        # here as a dry run (the remediation's own setting; the reset itself is real): the fault is
+        # still there, so each gets its plan RESTART_BM, none is held as "came back after remediation".
+        reset = lab.playbook("remediation-reset.yml", extra={"clear_slots": True, "remediation_dry_run": True})
         assert reset.rc == 0, reset.output[-3000:]
         assert all(node in reset.output for node in refused), reset.output[-3000:]
-        assert "waiting for their remediation" in reset.output
+        assert "Taking each up now, once." in reset.output, reset.output[-3000:]
+        # "starting r-…: plan RESTART_BM (notify, …)": one remediation per refused node.
+        assert reset.output.count(": plan RESTART_BM (") == len(refused) and "HOLD" not in reset.output, (
+            reset.output[-3000:])
         wait_for(lambda: not firing_alerts("GpuRemediationBreakerTripped"), 30, what="the breaker's alert resolved")
-        # The fault is still there: the next run of a refused node remediates it (it is not held
-        # as "came back after remediation"); a dry run shows the plan without acting.
-        again = fleet.remediate(refused[0], remediation_dry_run=True)
-        assert again.rc == 0, again.output[-3000:]
-        assert "plan RESTART_BM" in again.output and "HOLD" not in again.output, again.output[-3000:]
+        left = lab.playbook("remediation-reset.yml", extra={"take_up": False})
+        assert left.rc == 0 and "Left waiting for their remediation (take_up=false)" in left.output, (
+            left.output[-3000:])
+        assert ": plan RESTART_BM (" not in left.output
         fleet.reset_state()
     finally:
         stop.set()

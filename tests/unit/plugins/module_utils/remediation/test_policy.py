@@ -185,6 +185,16 @@ def test_refused_nodes_stay_listed_once_each_until_one_of_their_remediations_is_
     assert decision.granted and [entry["node"] for entry in state.refused] == ["n2"]
 
 
+def test_a_reset_takes_off_only_the_refused_nodes_that_are_gone():
+    policy = breaker.BreakerPolicy(max_percent=100, max_nodes=1, window_s=600)
+    state, _first = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
+    for index, node in enumerate(["n2", "n3", "n4"]):
+        state, _refused = breaker.take_slot(state, node, "r%d" % (index + 2), 1.0 + index, 4, policy)
+    state = breaker.reset(state, gone=["n3", "not-listed"])
+    assert not state.tripped and [entry["node"] for entry in state.refused] == ["n2", "n4"]
+    assert [slot["node"] for slot in state.as_data()["slots"]] == ["n1"]
+
+
 def test_fence_when_open_is_a_flag():
     assert breaker.BreakerPolicy.from_dict({"fence_when_open": False}).fence_when_open is False
     with pytest.raises(FieldError) as error:
