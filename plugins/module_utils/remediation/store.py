@@ -340,7 +340,8 @@ class RemediationStore:
         def change(data: Dict[str, str]):
             state = breaker_rules.BreakerState.from_data(json.loads(data.get("state") or "{}"))
             new_state = breaker_rules.reset(state, clear_slots, gone)
-            dropped = sorted({entry.get("node") for entry in state.refused} - {e.get("node") for e in new_state.refused})
+            kept = {entry.get("node") for entry in new_state.refused}
+            dropped = sorted({entry.get("node") for entry in state.refused} - kept)
             answer = {"before": state.as_data(), "after": new_state.as_data(), "changed": new_state != state,
                       "refused_gone": dropped}
             if new_state == state:
