@@ -85,7 +85,7 @@ units: venv link
 	tools/ansible-test.sh units
 
 # pytest runs last so its summary line closes `make test`. It also runs ansible-test sanity and
-# units (tests/integration/test_ansible_test.py) and the molecule scenarios in the background
+# the module units (tests/integration/test_ansible_test.py) and the molecule scenarios in the background
 # while the other tests run, each reported as a test of its own.
 pytest: venv link fake-nvml
 	pytest -n 0 --durations=30 tests
