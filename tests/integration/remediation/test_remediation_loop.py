@@ -10,7 +10,9 @@ XID 79 chaos drill: tests/integration/chaos/test_drill_end_to_end.py.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import threading
 import time
 
@@ -55,15 +57,21 @@ def test_bad_input_names_the_cause_and_changes_nothing(fleet, tmp_path):
     assert bad_breaker.rc != 0 and "remediation_breaker.max_percent" in bad_breaker.output
     bad_plan = fleet.remediate(node, remediation_plans={"RESTART_BM": ["notify", "explode", "record"]})
     assert bad_plan.rc != 0 and "remediation_plans.RESTART_BM[1]" in bad_plan.output
+    bad_retry = fleet.remediate(node, remediation_retry={"tries": 0, "delay_s": 5})
+    assert bad_retry.rc != 0 and "remediation_retry must be" in bad_retry.output, bad_retry.output[-2000:]
     # slurmctld unreachable: a slurm.conf pointing at a port nobody listens on.
     conf = tmp_path / "slurm.conf"
     conf.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", fleet.lab.slurm_conf.read_text()))
-    no_slurm = fleet.remediate(node, remediation_slurm_conf=str(conf), remediation_fault={"action": "RESTART_BM"})
+    # (One try: a run tries again after a failure it cannot tell from an outage; the test below.)
+    once = {"tries": 1}
+    no_slurm = fleet.remediate(node, remediation_slurm_conf=str(conf), remediation_fault={"action": "RESTART_BM"},
+                               remediation_retry=once)
     assert no_slurm.rc != 0 and "slurm" in no_slurm.output.lower()
     # The API server unreachable: a kubeconfig pointing at a closed port.
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(re.sub(r"https://127\.0\.0\.1:\d+", "https://127.0.0.1:1", fleet.lab.kubeconfig.read_text()))
-    no_api = fleet.remediate(node, remediation_kubeconfig=str(kubeconfig), remediation_fault={"action": "RESTART_BM"})
+    no_api = fleet.remediate(node, remediation_kubeconfig=str(kubeconfig), remediation_fault={"action": "RESTART_BM"},
+                             remediation_retry=once)
     assert no_api.rc != 0 and ("refused" in no_api.output.lower() or "unreachable" in no_api.output.lower())
     assert fleet.snapshot() == before
 
@@ -97,6 +105,29 @@ def test_xid13_only_notifies(fleet):
         assert fleet.slurm_states()[node] == slurm_before
         assert not fleet.kube_node(node)["spec"].get("unschedulable")
     finally:
+        fleet.heal(node)
+
+
+def test_a_run_that_fails_while_slurmctld_is_away_tries_again_by_itself(fleet):
+    """slurmctld stopped (SIGSTOP: its port accepts and nothing answers, as behind a dead host) when
+    the run starts: the first try fails, the run waits and tries again, and once slurmctld is back
+    the remediation goes to its end; nothing waits for Alertmanager to repeat the alert."""
+    node = fleet.active_nodes()[0]
+    inject(fleet.lab, node, 13)
+    pid = fleet.lab.recorded_pids()["slurmctld"]
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(8.0, os.kill, (pid, signal.SIGCONT))
+    try:
+        resume.start()
+        run = fleet.remediate(node, remediation_retry={"tries": 4, "delay_s": 2, "max_delay_s": 4})
+        assert run.rc == 0, run.output[-3000:]
+        # The first try failed and was rescued; a later one went through.
+        assert "Wait before the next try" in run.output and re.search(r"rescued=[1-3]\b", run.output), run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["plan"]["name"] == "RESTART_APP" and record["result"] == "succeeded", record
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
         fleet.heal(node)
 
 
