@@ -5,8 +5,11 @@
 
 Run by hand when NVIDIA publishes a new catalog, never at build time:
 
-    python3 tools/gen_xid_catalog.py --data-dir ../shared/data            # rewrite the module
-    python3 tools/gen_xid_catalog.py --data-dir ../shared/data --check    # exit 1 if it is stale
+    python3 tools/gen_xid_catalog.py            # rewrite the module from tests/fixtures/xid-catalog
+    python3 tools/gen_xid_catalog.py --check    # exit 1 if it is stale (tests/unit/tools runs this)
+
+A new catalog replaces the four CSVs in tests/fixtures/xid-catalog (their README says where they
+come from), then the module is generated again and reviewed.
 
 Input: the four sheets of "Analyzing Xid Catalog" (docs.nvidia.com/deploy/xid-errors), as
 embedded in NVIDIA NVSentinel and exported to CSV: xid-catalog.csv, xid-resolution-buckets.csv,
@@ -50,7 +53,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
+DEFAULT_DATA_DIR = REPO / "tests" / "fixtures" / "xid-catalog"
 DEFAULT_OUTPUT = REPO / "plugins" / "module_utils" / "health" / "xid_catalog.py"
 
 CATALOG_CSV = "xid-catalog.csv"
