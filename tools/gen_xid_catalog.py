@@ -8,8 +8,8 @@ Run by hand when NVIDIA publishes a new catalog, never at build time:
     python3 tools/gen_xid_catalog.py            # rewrite the module from tests/fixtures/xid-catalog
     python3 tools/gen_xid_catalog.py --check    # exit 1 if it is stale (tests/unit/tools runs this)
 
-A new catalog replaces the four CSVs in tests/fixtures/xid-catalog (their README says where they
-come from), then the module is generated again and reviewed.
+A new catalog replaces the four CSVs in tests/fixtures/xid-catalog (gzipped; their README says
+where they come from), then the module is generated again and reviewed.
 
 Input: the four sheets of "Analyzing Xid Catalog" (docs.nvidia.com/deploy/xid-errors), as
 embedded in NVIDIA NVSentinel and exported to CSV: xid-catalog.csv, xid-resolution-buckets.csv,
@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
+import io
 import re
 import sys
 import textwrap
@@ -118,9 +120,8 @@ def one_line(text: str) -> str:
     return re.sub(r"\s+", " ", clean(text))
 
 
-def read_rows(path: Path) -> list[list[str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.reader(handle))
+def read_rows(raw: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
 
 
 def parse_mask(pattern: str, where: str) -> tuple[int, int]:
@@ -295,12 +296,12 @@ def render_call(name: str, values: dict, indent: int) -> str:
 
 
 def render(data_dir: Path, version: str | None) -> str:
-    raw = {name: (data_dir / name).read_bytes() for name in INPUTS}
+    raw = {name: read_input(data_dir, name) for name in INPUTS}
     digests = {name: hashlib.sha256(raw[name]).hexdigest() for name in INPUTS}
     combined = hashlib.sha256("".join(digests[name] for name in INPUTS).encode()).hexdigest()
-    entries = catalog_entries(read_rows(data_dir / CATALOG_CSV))
-    rules = decode_rules(read_rows(data_dir / DECODE_CSV))
-    guide = guidance(read_rows(data_dir / BUCKETS_CSV))
+    entries = catalog_entries(read_rows(raw[CATALOG_CSV]))
+    rules = decode_rules(read_rows(raw[DECODE_CSV]))
+    guide = guidance(read_rows(raw[BUCKETS_CSV]))
     newest_driver = max((int(m) for e in entries for m in re.findall(r"R(\d{3})", e["xid_154_linkage"])), default=0)
     if version is None:
         version = "xid-%d-%d+r%d+sha256:%s" % (entries[0]["code"], entries[-1]["code"], newest_driver, combined[:12])
@@ -344,6 +345,15 @@ def render(data_dir: Path, version: str | None) -> str:
         out.append("    %s: %s," % (literal(bucket, 4), literal(guide[bucket], 4)))
     out += ["}", ""]
     return "\n".join(out)
+
+
+def read_input(data_dir: Path, name: str) -> bytes:
+    """The CSV's bytes; ``<name>.gz`` when there is no ``<name>`` (the repo keeps NVIDIA's files
+    gzipped, byte for byte: their CRLF line ends and curly quotes would fail ansible-test sanity)."""
+    plain = data_dir / name
+    if plain.exists() or not (data_dir / (name + ".gz")).exists():
+        return plain.read_bytes()
+    return gzip.decompress((data_dir / (name + ".gz")).read_bytes())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,8 @@ description:
     taken out within its window, and stays open until reset here (C(playbooks/remediation-reset.yml)).
   - O(state=reset) closes it (and with O(clear_slots) empties its window); O(clear_history) forgets the escalation
     history of O(nodes) (all nodes when empty), for a node a human has repaired.
-  - The nodes refused while it was open stay listed (RV(breaker.refused)) until a remediation of each is granted a
-    slot; a reset takes off only those whose Node no longer exists (RV(refused_gone)).
+  - The nodes refused while it was open stay listed (C(refused) in RV(breaker)) until a remediation of each is granted
+    a slot; a reset takes off only those whose Node no longer exists (RV(refused_gone)).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes

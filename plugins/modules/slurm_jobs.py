@@ -136,7 +136,7 @@ jobs:
   description:
     - With O(state=listed), the jobs on the node as M(gpufleet.resilience.slurm_node_info) returns them
       (C(job_id), C(name), C(state), C(flags), C(reason), C(nodelist), C(nodes), C(partition), C(user),
-      C(requeue), C(restarts), C(batch_host), C(exit_code): the batch script's exit code once it has
+      C(requeue), C(restarts), C(batch_host), C(exit_code) - the batch script's exit code once it has
       exited, else V(null)).
     - With O(state=evacuated), each job that was on the node and its fate (below).
   returned: success

@@ -251,8 +251,8 @@ class Fleet:
         )
 
     def reset_state(self) -> None:
-        result = self.lab.playbook("remediation-reset.yml", extra={"clear_slots": True, "clear_history": True,
-                                                                  "take_up": False})
+        reset = {"clear_slots": True, "clear_history": True, "take_up": False}
+        result = self.lab.playbook("remediation-reset.yml", extra=reset)
         assert result.rc == 0, result.output[-3000:]
         api = self.lab.kube()
         for cm in api.list_namespaced_config_map(NAMESPACE).items:

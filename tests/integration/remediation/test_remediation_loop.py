@@ -122,7 +122,8 @@ def test_a_run_that_fails_while_slurmctld_is_away_tries_again_by_itself(fleet):
         run = fleet.remediate(node, remediation_retry={"tries": 4, "delay_s": 2, "max_delay_s": 4})
         assert run.rc == 0, run.output[-3000:]
         # The first try failed and was rescued; a later one went through.
-        assert "Wait before the next try" in run.output and re.search(r"rescued=[1-3]\b", run.output), run.output[-3000:]
+        retried = "Wait before the next try" in run.output and re.search(r"rescued=[1-3]\b", run.output)
+        assert retried, run.output[-3000:]
         record = fleet.audit(node)[-1]
         assert record["plan"]["name"] == "RESTART_APP" and record["result"] == "succeeded", record
     finally:
