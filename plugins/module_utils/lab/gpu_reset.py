@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_node_name, check_text
@@ -55,7 +55,7 @@ def reset_argv(command: Any, node: str, gpu: Any, field: str = "command") -> Lis
 
 
 def reset_by_command(command: Any, agent_command: Any, node: str, gpu: Any, timeout: Any,
-                     check_mode: bool = False, run: Callable[..., Any] = subprocess.run) -> Dict[str, Any]:
+                     check_mode: bool = False) -> Dict[str, Any]:
     """Run the reset command, then the agent command (both checked before either runs)."""
     argv = reset_argv(command, node, gpu)
     tell = reset_argv(agent_command, node, gpu, "agent_command") if agent_command else None
@@ -72,7 +72,7 @@ def reset_by_command(command: Any, agent_command: Any, node: str, gpu: Any, time
             result["actions"].append("would run: %s" % " ".join(words))
             continue
         try:
-            done = run(words, capture_output=True, text=True, timeout=seconds, check=False)
+            done = subprocess.run(words, capture_output=True, text=True, timeout=seconds, check=False)
         except subprocess.TimeoutExpired:
             raise CommandFailed("%s did not finish within %ds: %s" % (what, seconds, " ".join(words))) from None
         except OSError as exc:

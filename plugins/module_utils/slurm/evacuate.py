@@ -37,6 +37,7 @@ without time passing.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -284,12 +285,8 @@ def _requeue_the_killed(client: Any, fates: Dict[str, JobFate], now_jobs: Dict[s
                         command: List[List[str]]) -> bool:
     """Requeue each job the signal ended FAILED; report those that cannot be. True if any was requeued."""
     requeued = False
-    codes: List[Sequence[int]] = []
-
-    def requeue_exit() -> Sequence[int]:
-        if not codes:
-            codes.append(client.requeue_exit_codes())
-        return codes[0]
+    # Read once, and only if a job needs it (scontrol show config is a round trip to slurmctld).
+    requeue_exit = functools.lru_cache(maxsize=None)(lambda: tuple(client.requeue_exit_codes()))
 
     for job_id, fate in fates.items():
         job = now_jobs.get(job_id)

@@ -86,14 +86,19 @@ def test_a_tls_handshake_that_never_ends_fails_within_the_connect_timeout(hung_s
     assert server in str(error), str(error)
 
 
+def read_node_error(tmp_path, server, timeout, within):
+    """Our NodeWriter reading a node from ``server``: the KubeError's message, which came within ``within`` s."""
+    writer = NodeWriter(core_v1(kubeconfig_for(tmp_path, server), timeout=timeout))
+    elapsed, error = timed(lambda: writer.read_node("gpu-a-001"))
+    assert isinstance(error, KubeError), repr(error)
+    assert elapsed < within + MARGIN, elapsed
+    return str(error)
+
+
 def test_our_node_writer_names_the_server(hung_server, tmp_path):
     """Through our client code: NodeWriter turns it into the KubeError a module fails with."""
     server = "http://%s" % hung_server.address
-    writer = NodeWriter(core_v1(kubeconfig_for(tmp_path, server), timeout=(2.0, 1.0)))
-    elapsed, error = timed(lambda: writer.read_node("gpu-a-001"))
-    assert isinstance(error, KubeError), repr(error)
-    assert elapsed < 1.0 + MARGIN, elapsed
-    message = str(error)
+    message = read_node_error(tmp_path, server, (2.0, 1.0), within=1.0)
     assert "read node gpu-a-001: no answer from the Kubernetes API server %s" % server in message, message
 
 
@@ -104,11 +109,7 @@ def test_a_refused_connection_says_cannot_reach_not_no_answer(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = "http://127.0.0.1:%d" % port
-    writer = NodeWriter(core_v1(kubeconfig_for(tmp_path, server), timeout=(2.0, 2.0)))
-    elapsed, error = timed(lambda: writer.read_node("gpu-a-001"))
-    assert isinstance(error, KubeError), repr(error)
-    assert elapsed < 2.0 + MARGIN, elapsed
-    message = str(error)
+    message = read_node_error(tmp_path, server, (2.0, 2.0), within=2.0)
     assert "read node gpu-a-001: cannot reach the Kubernetes API server %s" % server in message, message
     assert "Connection refused" in message, message
 
