@@ -7,10 +7,10 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
-from lab_harness import REPO, TEST_LAB_VARS, Background, Lab, PlaybookResult, lab_processes
+from lab_harness import REPO, TEST_LAB_VARS, Background, DownUp, Lab, PlaybookResult, down_and_up, lab_processes
 
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
@@ -22,6 +22,7 @@ class _LabStart:
 
     thread: Optional[threading.Thread] = None
     result: Optional[PlaybookResult] = None
+    down_up: Optional[DownUp] = None
     error: Optional[BaseException] = None
     claimed = False
 
@@ -34,6 +35,10 @@ class _LabStart:
                     the_lab.playbook("lab-down.yml")
                     shutil.rmtree(the_lab.lab_dir)
                 cls.result = the_lab.playbook("one-click-slurm.yml")
+                if cls.result.rc == 0:
+                    # test_lab.py's down-and-up check, done now while it overlaps the tests that
+                    # need no lab rather than in the middle of the lab tests (about 100 s).
+                    cls.down_up = down_and_up(the_lab)
             except BaseException as exc:  # raised again in the fixture, in the test's thread
                 cls.error = exc
 
@@ -60,6 +65,30 @@ def _session_lab() -> Lab:
     return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
 
 
+def _runs_in_background(item: pytest.Item) -> bool:
+    return callable(getattr(getattr(item, "module", None), "start_in_background", None))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Run what needs no session lab first (the unit tests and the integration modules that bring
+    their own parts), so it overlaps the lab's bring-up instead of the first lab test waiting for
+    it; then the modules that use the lab; last the ones that collect the background runs.
+
+    A module moves whole, so its module-scoped fixtures are set up once; the order within each
+    group is the collection order. ``pytest tests`` collects tests/integration before tests/unit,
+    which put the lab's bring-up in front of the first lab test with nothing beside it."""
+    def group(module_items: List[pytest.Item]) -> int:
+        if any(_runs_in_background(item) for item in module_items):
+            return 2
+        return 1 if any("lab" in getattr(item, "fixturenames", ()) for item in module_items) else 0
+
+    by_module: Dict[Any, List[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(getattr(item, "module", None) or item.path, []).append(item)
+    ordered = sorted(by_module.values(), key=group)  # stable: collection order within a group
+    items[:] = [item for module_items in ordered for item in module_items]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the waiting-bound work now, to overlap the tests before it: the session lab (when a
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
@@ -72,9 +101,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _LabStart.start(_session_lab())
     by_module = {}
     for item in session.items:
-        module = getattr(item, "module", None)
-        if module is not None and callable(getattr(module, "start_in_background", None)):
-            by_module.setdefault(module, []).append(item)
+        if _runs_in_background(item):
+            by_module.setdefault(item.module, []).append(item)
 
     def start_runs():
         # The lab's bring-up is what the first lab test waits for: it gets the CPU the unit tests
@@ -97,6 +125,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         # Started, but no test got as far as the lab (-x, Ctrl-C, a deselection): take it down again.
         _LabStart.thread.join()
         _session_lab().playbook("lab-down.yml")
+
+
+@pytest.fixture(scope="session")
+def lab_down_up(lab: Lab) -> DownUp:
+    """The session lab taken down and brought back once: recorded during the bring-up, or done
+    now where the session did not bring the lab up (GPUFLEET_TEST_LAB_KEEP=1)."""
+    return _LabStart.down_up if _LabStart.down_up is not None else down_and_up(lab)
 
 
 @pytest.fixture(scope="session")

@@ -225,6 +225,32 @@ def lab_processes(lab_dir: Path) -> List[int]:
     return descendants_alive(found)
 
 
+@dataclass
+class DownUp:
+    """A lab taken down with lab-down.yml and brought back with one-click-slurm.yml, and what was
+    seen between: the session does it right after its first bring-up (conftest), while the tests
+    that need no lab run, and test_lab.py checks what it recorded."""
+
+    pids_before: Dict[str, int]
+    down: PlaybookResult
+    left: List[int]
+    pids_after_down: Dict[str, int]
+    up: PlaybookResult
+    slurm_states: Dict[str, str]
+
+
+def down_and_up(lab: "Lab") -> DownUp:
+    pids_before = lab.recorded_pids()
+    down = lab.playbook("lab-down.yml")
+    left, pids_after_down = lab_processes(lab.lab_dir), lab.recorded_pids()
+    up = lab.playbook("one-click-slurm.yml")
+    states = {}
+    if up.rc == 0:
+        lines = lab.slurm("sinfo", "--Node", "--noheader", "--format=%N|%T").split()
+        states = dict(line.split("|", 1) for line in lines)
+    return DownUp(pids_before, down, left, pids_after_down, up, states)
+
+
 class Background:
     """Long runs that mostly wait on daemons (the molecule scenarios, ansible-test), started when
     the session's collection is done instead of when their tests are reached, so they overlap the

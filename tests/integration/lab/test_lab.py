@@ -1,7 +1,8 @@
 """The lab and one-click Slurm, against the real daemons: kube-apiserver + kwok, slurmctld + slurmd.
 
 One session-scoped lab (4 GPU nodes x 8 GPUs, 2 spares) serves every test here.
-Tests that change the lab (adding a pool, taking it down) come last, in file order.
+Tests that change the lab (adding a pool) come last, in file order; the lab taken down and brought
+back is done by the session right after its bring-up (conftest) and checked here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import re
 import time
 
 import pytest
-from lab_harness import lab_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -125,13 +125,13 @@ def test_add_node_pool_appears_in_kubernetes_and_slurm_and_a_one_click_rerun_cha
     assert again.rc == 0 and again.changed == 0, again.output[-6000:]
 
 
-def test_lab_down_leaves_no_process_and_the_lab_comes_back(lab):
-    pids = lab.recorded_pids()
-    assert pids, "the lab records its processes"
-    down = lab.playbook("lab-down.yml")
-    assert down.rc == 0, down.output[-4000:]
-    assert lab_processes(lab.lab_dir) == []
-    assert lab.recorded_pids() == {}
-    up = lab.playbook("one-click-slurm.yml")
-    assert up.rc == 0, up.output[-6000:]
-    assert sinfo_states(lab).get(ACTIVE[0]) == "idle"
+def test_lab_down_leaves_no_process_and_the_lab_comes_back(lab_down_up):
+    """lab-down.yml, then one-click-slurm.yml on the lab's directory: done by the session right
+    after the lab first came up (conftest), checked here."""
+    done = lab_down_up
+    assert done.pids_before, "the lab records its processes"
+    assert done.down.rc == 0, done.down.output[-4000:]
+    assert done.left == []
+    assert done.pids_after_down == {}
+    assert done.up.rc == 0, done.up.output[-6000:]
+    assert done.slurm_states.get(ACTIVE[0]) == "idle"
