@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import datetime
 import hashlib
+import json
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -158,3 +159,20 @@ def summary(progress: Mapping[str, Any]) -> str:
         left = pending(progress)
         where = "at %s" % left[0] if left else "recording"
     return "%s: %s, %s (%d/%d done)" % (progress.get("id"), plan.name, where, len(done), len(plan.phases))
+
+
+def annotation(progress: Mapping[str, Any]) -> str:
+    """The node annotation ``gpufleet.io/remediation`` that people read, and the node_condition
+    event source too (extensions/eda/plugins/event_source/node_condition.py): a record from
+    before the condition's transition, or one unfinished or failed, leaves the episode
+    unresolved there, and it is reported again."""
+    return json.dumps(
+        {
+            "id": progress.get("id"),
+            "started_at": progress.get("started_at"),
+            "summary": summary(progress),
+            "pending": pending(progress),
+            "result": progress.get("result"),
+        },
+        sort_keys=True,
+    )

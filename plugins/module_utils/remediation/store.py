@@ -294,15 +294,7 @@ class RemediationStore:
         """The node annotation people read; best effort (the Node may be gone after replacement)."""
         if not self.write:
             return
-        value = json.dumps(
-            {
-                "id": progress.get("id"),
-                "summary": progress_rules.summary(progress),
-                "pending": progress_rules.pending(progress),
-                "result": progress.get("result"),
-            },
-            sort_keys=True,
-        )
+        value = progress_rules.annotation(progress)
         try:
             self.core_v1.patch_node(node, {"metadata": {"annotations": {ANNOTATION: value}}}, _content_type=MERGE_PATCH)
         except ApiException as exc:

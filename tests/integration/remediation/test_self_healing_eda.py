@@ -317,6 +317,51 @@ def test_the_source_renews_its_watch_without_repeating_events(lab):
     assert not thread.is_alive()
 
 
+def test_an_unresolved_episode_is_reported_again_until_a_remediation_settles_it(lab):
+    """The source on the real API server with repeats every 3 s: an episode no remediation took up
+    is reported again; the remediation's own annotation of a run that succeeded settles it, one
+    that failed makes it come back."""
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import plan_for
+
+    source = load_source()
+    name = "eda-repeat-node"
+    lab.kube().create_node({"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": name, "labels": {WATCH_LABEL: "repeat"}}})
+    events: List[Dict[str, Any]] = []
+    watcher = source.NodeWatcher(lab.kube, events.append, source.TransitionTracker(repeat_after=3),
+                                 label_selector="%s=repeat" % WATCH_LABEL, watch_timeout=2)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+
+    def annotate(result: str) -> None:
+        progress = progress_rules.new_progress("r-it", name, plan_for("RESTART_BM"), {}, {}, time.time(),
+                                               {"pid": 1, "host": "test"})
+        value = progress_rules.annotation(progress_rules.finish(progress, result, time.time()))
+        lab.kube().patch_node(name, {"metadata": {"annotations": {"gpufleet.io/remediation": value}}})
+
+    thread.start()
+    try:
+        wait_for(lambda: watcher._listed_once, 20, what="the first list")
+        began = time.time()
+        patch_condition(lab, name, "False", "Xid79", "fatal, RESTART_BM: GPU 3: XID 79", began, began)
+        wait_for(lambda: [e["gpufleet_condition"]["repeat"] for e in events][:2] == [0, 1], 20,
+                 what="the episode reported, then reported again")
+        annotate("succeeded")
+        time.sleep(4)  # a repeat already on its way when the annotation landed
+        settled = len(events)
+        time.sleep(7)
+        assert len(events) == settled, events[settled:]
+        annotate("failed")
+        wait_for(lambda: len(events) > settled, 20, what="a repeat after the failed run")
+        fingerprints = {event["gpufleet_condition"]["fingerprint"] for event in events}
+        assert fingerprints == {events[0]["gpufleet_condition"]["fingerprint"]}
+    finally:
+        watcher.stop()
+        lab.kube().delete_node(name)
+        thread.join(10)
+    assert not thread.is_alive()
+
+
 def template_payloads(marker_dir: Path, tag: str) -> List[str]:
     """Template forms that would each create a marker file if anything rendered them (once or twice)."""
     touch = "touch %s/%s-%%d" % (marker_dir, tag)

@@ -17,6 +17,16 @@ condition in an unhealthy status, and again only after the condition changed (an
 another lastTransitionTime) or the Node was healthy in between. The agents rewrite the
 condition every heartbeat; a rewrite that changes nothing but lastHeartbeatTime is no event.
 
+An episode that is still unresolved is reported again, once every ``repeat_after`` seconds (an
+event with ``repeat`` 1, 2, ...): unresolved means no remediation of this episode is recorded on
+the Node (the ``gpufleet.io/remediation`` annotation the remediation writes is absent or from
+before the episode began), or its remediation is unfinished (cut short by a crash) or failed. A
+remediation that succeeded, was stopped (opt-out) or was refused by the circuit breaker (its
+reset takes the node up) settles the episode. This is what brings back a run that was lost with
+its host, or that gave up while the API server or slurmctld was away, without waiting for
+Alertmanager's repeat (4 h by default); the remediation resumes an unfinished run and escalation
+bounds the repeats (a node remediated too often is held, which settles it).
+
 A watch that ends (its timeout, the API server restarting, a dropped connection, 410 Gone)
 is followed by a new list and watch, with a capped exponential back-off after errors. The
 new list is compared with what was seen, so a transition that happened while the watch was
@@ -35,6 +45,8 @@ import logging
 import os
 import re
 import threading
+import time
+from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 DOCUMENTATION = r"""
@@ -45,9 +57,9 @@ description:
     queue each time a Node's C(GpuHealthy) condition (written by the gpufleet health agents)
     turns unhealthy. Heartbeat rewrites of an unchanged condition give no event.
   - "Each event is C({gpufleet_condition: {node, type, status, reason, message, verdict, action,
-    last_transition_time, last_heartbeat_time, fingerprint}}). C(verdict) and C(action) come from
-    the head of the message (C(fatal, RESTART_BM: ...)); both are null when the message has
-    another form."
+    last_transition_time, last_heartbeat_time, fingerprint, repeat}}). C(verdict) and C(action) come
+    from the head of the message (C(fatal, RESTART_BM: ...)); both are null when the message has
+    another form. C(repeat) is 0 for the transition and counts the reports of an unresolved episode."
 options:
   kubeconfig:
     description:
@@ -78,6 +90,14 @@ options:
         is idempotent, so a Node it already handled is a no-op.
     type: bool
     default: true
+  repeat_after:
+    description:
+      - Seconds after which an episode that is still unresolved (no remediation of it recorded on the Node, or
+        its remediation unfinished or failed) is reported again; 0 never repeats.
+      - Checked on each change of the Node (the agent's heartbeat rewrites the condition every minute) and each
+        time a watch is renewed.
+    type: float
+    default: 900
   watch_timeout:
     description: Seconds a single watch request lasts before it is renewed.
     type: int
@@ -122,6 +142,12 @@ VERDICTS = ("healthy", "degraded", "fatal")
 # "fatal, RESTART_BM: GPU 3 ...": the agent's verdict, then the catalog action.
 _MESSAGE = re.compile(r"^\s*(healthy|degraded|fatal)\s*,\s*([A-Z][A-Z0-9_]*)\s*:")
 HTTP_GONE = 410
+# Written by the remediation (plugins/module_utils/kube/remediation_objects.py): JSON with the
+# remediation's id, started_at (epoch seconds) and result (null while it runs).
+REMEDIATION_ANNOTATION = "gpufleet.io/remediation"
+# Results that leave nothing for a repeat to do: done, stopped by opt-out, refused by the
+# breaker (whose reset takes the refused nodes up). "failed" and an unfinished run are not.
+SETTLED_RESULTS = ("succeeded", "stopped", "refused")
 
 
 # ---- pure part -----------------------------------------------------------------------------
@@ -153,7 +179,40 @@ def fingerprint(node: str, condition: Dict[str, Any]) -> str:
                             condition.get("lastTransitionTime"))
 
 
-def condition_event(node: str, condition: Dict[str, Any]) -> Dict[str, Any]:
+def rfc3339_seconds(value: Optional[str]) -> Optional[float]:
+    """Epoch seconds of a Kubernetes time (``2026-12-02T08:00:00Z``), or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def remediation_record(node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The remediation's annotation on a Node, decoded; None when absent or not a JSON object."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(REMEDIATION_ANNOTATION)
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def unresolved(node: Dict[str, Any], condition: Dict[str, Any]) -> bool:
+    """Whether the unhealthy episode of ``condition`` still wants a remediation run (see the
+    module's description): none recorded since it began, or the last one unfinished or failed."""
+    record = remediation_record(node)
+    if record is None:
+        return True
+    started, began = record.get("started_at"), rfc3339_seconds(condition.get("lastTransitionTime"))
+    # The transition time has whole seconds: a run started in the same second is of this episode.
+    if isinstance(started, (int, float)) and began is not None and started < began - 1:
+        return True  # a remediation of an earlier episode
+    return record.get("result") not in SETTLED_RESULTS
+
+
+def condition_event(node: str, condition: Dict[str, Any], repeat: int = 0) -> Dict[str, Any]:
     """The event put on the queue for one unhealthy condition of ``node``."""
     verdict, action = parse_message(condition.get("message"))
     return {"gpufleet_condition": {
@@ -167,7 +226,16 @@ def condition_event(node: str, condition: Dict[str, Any]) -> Dict[str, Any]:
         "last_transition_time": condition.get("lastTransitionTime"),
         "last_heartbeat_time": condition.get("lastHeartbeatTime"),
         "fingerprint": fingerprint(node, condition),
+        "repeat": repeat,
     }}
+
+
+class _Episode:
+    """An unhealthy episode reported for one Node: its fingerprint, the Node as last seen, when
+    it was last reported and how many times it was reported again."""
+
+    def __init__(self, mark: str, node: Dict[str, Any], reported_at: float) -> None:
+        self.mark, self.node, self.reported_at, self.repeats = mark, node, reported_at, 0
 
 
 class TransitionTracker:
@@ -175,13 +243,18 @@ class TransitionTracker:
 
     ``observe`` takes a Node as the API serves it and returns the event to send, or None. An
     episode is reported once: a heartbeat rewrite (same status, reason and transition time) is
-    no event; a healthy condition, a missing one, or a deleted Node ends the episode.
+    no event; a healthy condition, a missing one, or a deleted Node ends the episode. With
+    ``repeat_after`` (seconds), an episode still unresolved that long after it was last reported
+    is reported again (``repeat`` 1, 2, ...), on an observation of its Node or by ``due``.
     """
 
-    def __init__(self, condition_type: str = CONDITION_TYPE, unhealthy_statuses: Iterable[str] = ("False",)) -> None:
+    def __init__(self, condition_type: str = CONDITION_TYPE, unhealthy_statuses: Iterable[str] = ("False",),
+                 repeat_after: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.condition_type = condition_type
         self.unhealthy_statuses = frozenset(unhealthy_statuses)
-        self._reported: Dict[str, str] = {}
+        self.repeat_after = float(repeat_after)
+        self.clock = clock
+        self._reported: Dict[str, _Episode] = {}
 
     def observe(self, node: Dict[str, Any], report: bool = True) -> Optional[Dict[str, Any]]:
         name = node_name(node)
@@ -192,10 +265,32 @@ class TransitionTracker:
             self._reported.pop(name, None)
             return None
         mark = fingerprint(name, condition)
-        if self._reported.get(name) == mark:
-            return None
-        self._reported[name] = mark
+        episode = self._reported.get(name)
+        if episode is not None and episode.mark == mark:
+            episode.node = node
+            return self._repeat(name, episode, condition)
+        self._reported[name] = _Episode(mark, node, self.clock())
         return condition_event(name, condition) if report else None
+
+    def _repeat(self, name: str, episode: _Episode, condition: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        now = self.clock()
+        if self.repeat_after <= 0 or now - episode.reported_at < self.repeat_after:
+            return None
+        episode.reported_at = now
+        if not unresolved(episode.node, condition):
+            return None  # settled: look again a period later (a new run may fail)
+        episode.repeats += 1
+        return condition_event(name, condition, repeat=episode.repeats)
+
+    def due(self) -> List[Dict[str, Any]]:
+        """Repeats that are due for the Nodes as last seen (for a Node that has not changed since)."""
+        events = []
+        for name, episode in list(self._reported.items()):
+            condition = find_condition(episode.node, self.condition_type)
+            event = self._repeat(name, episode, condition) if condition is not None else None
+            if event is not None:
+                events.append(event)
+        return events
 
     def forget(self, node: Dict[str, Any]) -> None:
         name = node_name(node)
@@ -336,6 +431,8 @@ class NodeWatcher:
                     LOG.info("node_condition: listed Nodes at resourceVersion %s", version)
                 version = self._watch(api, version)
                 failures, gone = 0, False
+                for event in self.tracker.due():
+                    self.emit(event)
             except Exception as exc:  # the API server away, 410 Gone, a dropped connection alike
                 status = getattr(exc, "status", None)
                 version = ""
@@ -360,7 +457,9 @@ async def main(queue: asyncio.Queue, args: Dict[str, Any]) -> None:
     statuses = args.get("unhealthy_statuses") or ["False"]
     if isinstance(statuses, str):
         statuses = [statuses]
-    tracker = TransitionTracker(args.get("condition_type") or CONDITION_TYPE, [str(status) for status in statuses])
+    repeat_after = args.get("repeat_after")
+    tracker = TransitionTracker(args.get("condition_type") or CONDITION_TYPE, [str(status) for status in statuses],
+                                repeat_after=float(900 if repeat_after in (None, "") else repeat_after))
 
     def emit(event: Dict[str, Any]) -> None:
         # From the watcher's thread: hand the event to the event loop and wait until it is queued,

@@ -24,6 +24,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.conditio
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import condition_patch
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import ANNOTATION
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import plan_for
 
 PLUGIN = Path(__file__).resolve().parents[4] / "extensions" / "eda" / "plugins" / "event_source" / "node_condition.py"
 T0 = 1_795_000_000.0
@@ -74,6 +77,7 @@ def test_event_of_an_agents_fatal_condition():
         "last_transition_time": "2026-11-18T11:06:40Z",
         "last_heartbeat_time": "2026-11-18T11:06:40Z",
         "fingerprint": "gpu-a-002/False/Xid79/2026-11-18T11:06:40Z",
+        "repeat": 0,
     }}
 
 
@@ -122,6 +126,125 @@ def test_healthy_in_between_gives_a_new_event_even_with_the_same_transition_time
     assert tracker.observe(node("n", FATAL, transition=T0))
     assert tracker.observe(node("n", HEALTHY, transition=T0)) is None
     assert tracker.observe(node("n", FATAL, transition=T0))
+
+
+# ---- an unresolved episode is reported again -------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def remediated(the_node: Dict[str, Any], started: float, result: Any) -> Dict[str, Any]:
+    """``the_node`` with the annotation the remediation writes (its own code) for a run started at
+    ``started`` that ended with ``result`` (None: still running, or cut short)."""
+    progress = progress_rules.new_progress("r-1", the_node["metadata"]["name"], plan_for("RESTART_BM"), {}, {},
+                                           started, {"pid": 1, "host": "h"})
+    if result is not None:
+        progress = progress_rules.finish(progress, result, started + 60)
+    the_node["metadata"]["annotations"] = {ANNOTATION: progress_rules.annotation(progress)}
+    return the_node
+
+
+def test_the_source_reads_the_annotation_under_the_remediations_own_name():
+    assert nc.REMEDIATION_ANNOTATION == ANNOTATION
+    assert set(nc.SETTLED_RESULTS) < set(progress_rules.RESULTS) and "failed" not in nc.SETTLED_RESULTS
+
+
+def test_an_episode_no_remediation_took_up_is_reported_again_every_period():
+    clock = Clock()
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    assert tracker.observe(node("n", FATAL))["gpufleet_condition"]["repeat"] == 0
+    repeats = []
+    for beat in range(60, 1860, 60):  # the agent's heartbeat rewrites the condition every minute
+        clock.now = beat
+        event = tracker.observe(node("n", FATAL, heartbeat=T0 + beat))
+        if event is not None:
+            repeats.append((beat, event["gpufleet_condition"]["repeat"]))
+            assert event["gpufleet_condition"]["fingerprint"] == "n/False/Xid79/2026-11-18T11:06:40Z"
+    assert repeats == [(600, 1), (1200, 2), (1800, 3)]
+
+
+@pytest.mark.parametrize("result, again", [
+    (None, True),  # unfinished: the run was cut short (its holder gone, a rerun resumes it)
+    ("failed", True),  # gave up (its own tries spent): try again
+    ("succeeded", False),
+    ("stopped", False),  # opted out: the fence stays, nothing more
+    ("refused", False),  # the breaker: its reset takes the node up
+])
+def test_a_remediation_of_the_episode_settles_it_unless_unfinished_or_failed(result, again):
+    clock = Clock()
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    assert tracker.observe(node("n", FATAL))
+    clock.now = 600
+    event = tracker.observe(remediated(node("n", FATAL, heartbeat=T0 + 600), T0 + 5, result))
+    assert (event is not None) == again
+    if again:
+        assert event["gpufleet_condition"]["repeat"] == 1
+
+
+def test_a_remediation_of_an_earlier_episode_does_not_settle_this_one():
+    clock = Clock()
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    assert tracker.observe(node("n", FATAL, transition=T0 + 3600))
+    clock.now = 600
+    earlier = remediated(node("n", FATAL, heartbeat=T0 + 4200, transition=T0 + 3600), T0, "succeeded")
+    assert tracker.observe(earlier)["gpufleet_condition"]["repeat"] == 1
+    # A run started in the second the condition turned (its time has whole seconds) is of this episode.
+    clock.now = 1200
+    same_second = remediated(node("n", FATAL, heartbeat=T0 + 4800, transition=T0 + 3600), T0 + 3599.5, "succeeded")
+    assert tracker.observe(same_second) is None
+
+
+def test_a_settled_episode_is_looked_at_again_a_period_later():
+    clock = Clock()
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    assert tracker.observe(node("n", FATAL))
+    clock.now = 600
+    assert tracker.observe(remediated(node("n", FATAL, heartbeat=T0 + 600), T0 + 5, None)) is not None
+    clock.now = 1200
+    assert tracker.observe(remediated(node("n", FATAL, heartbeat=T0 + 1200), T0 + 5, "succeeded")) is None
+    clock.now = 1500  # the rerun failed in between: not before a period after the last look
+    assert tracker.observe(remediated(node("n", FATAL, heartbeat=T0 + 1500), T0 + 5, "failed")) is None
+    clock.now = 1800
+    assert tracker.observe(remediated(node("n", FATAL, heartbeat=T0 + 1800), T0 + 5, "failed"))[
+        "gpufleet_condition"]["repeat"] == 2
+
+
+def test_due_repeats_for_nodes_that_did_not_change_and_stops_with_the_episode():
+    clock = Clock()
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    tracker.observe(node("a", FATAL))
+    tracker.observe(node("b", FATAL))
+    clock.now = 599
+    assert tracker.due() == []
+    clock.now = 600
+    assert sorted(e["gpufleet_condition"]["node"] for e in tracker.due()) == ["a", "b"]
+    assert tracker.due() == []
+    tracker.observe(node("a", HEALTHY, transition=T0 + 700))
+    tracker.handle({"type": "DELETED", "object": node("b", FATAL)})
+    clock.now = 5000
+    assert tracker.due() == []
+
+
+def test_no_repeat_when_repeat_after_is_zero_or_a_watch_list_resumes_the_episode():
+    clock = Clock()
+    never = nc.TransitionTracker(repeat_after=0, clock=clock)
+    assert never.observe(node("n", FATAL))
+    clock.now = 10 ** 6
+    assert never.observe(node("n", FATAL, heartbeat=T0 + 10 ** 6)) is None and never.due() == []
+    # A relist after a dropped watch is no new episode and does not move the period.
+    tracker = nc.TransitionTracker(repeat_after=600, clock=clock)
+    clock.now = 0
+    assert tracker.resync([node("n", FATAL)])
+    clock.now = 300
+    assert tracker.resync([node("n", FATAL, heartbeat=T0 + 300)]) == []
+    clock.now = 600
+    assert [e["gpufleet_condition"]["repeat"] for e in tracker.resync([node("n", FATAL, heartbeat=T0 + 600)])] == [1]
 
 
 def test_another_reason_while_unhealthy_is_a_new_episode():
@@ -230,7 +353,8 @@ def test_documentation_is_yaml():
     yaml = pytest.importorskip("yaml")
     doc = yaml.safe_load(nc.DOCUMENTATION)
     assert set(doc["options"]) == {"kubeconfig", "context", "condition_type", "unhealthy_statuses", "label_selector",
-                                   "emit_existing", "watch_timeout", "backoff_max", "connect_timeout", "read_timeout"}
+                                   "emit_existing", "repeat_after", "watch_timeout", "backoff_max", "connect_timeout",
+                                   "read_timeout"}
     assert isinstance(yaml.safe_load(nc.EXAMPLES), list)
 
 
