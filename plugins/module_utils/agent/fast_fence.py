@@ -34,6 +34,7 @@ BACKOFF_MAX = 30.0
 
 def fence_reason(condition_reason: str, message: str) -> str:
     """``gpufleet: Xid79 GPU 3 (GPU-..., 0000:3b:00.0) (agent fast fence)`` - one short line."""
+    message = message.split("\n", 1)[0]  # the people's line; the data line is for machines
     head = message.split(": ", 1)[1] if ": " in message else message
     head = head.split(";", 1)[0].split(": XID", 1)[0].split(": SXID", 1)[0]
     text = "%s %s %s (agent fast fence)" % (REASON_PREFIX, condition_reason, head.strip())

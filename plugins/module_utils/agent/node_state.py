@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.gpu_condition import HEALTHY_REASON
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     STATES,
     Fault,
@@ -54,7 +55,6 @@ _REASONS = {
     "NVLINK_INACTIVE": "NvLinkInactive",
     "NVLINK_ERRORS": "NvLinkErrors",
 }
-HEALTHY_REASON = "GpusHealthy"
 
 
 @dataclass(frozen=True)

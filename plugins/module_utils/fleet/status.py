@@ -6,35 +6,26 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sinfo import parse_sinfo_nodes
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
-    for condition in node.get("status", {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
+    return (gpu_condition.find(node, "Ready") or {}).get("status") == "True"
 
 
 def agent_verdict(node: Mapping[str, Any]) -> Dict[str, Any]:
-    """The health agent's verdict from the node's GpuHealthy condition (docs/agent.md).
-
-    ``True`` is healthy; ``False`` carries the verdict at the head of its message
-    (``fatal, RESTART_BM: ...``); ``Unknown`` means the agent cannot read its GPUs; no condition,
-    no agent.
-    """
-    for condition in node.get("status", {}).get("conditions") or []:
-        if condition.get("type") != "GpuHealthy":
-            continue
-        status, message = condition.get("status"), condition.get("message") or ""
-        if status == "True":
-            verdict = "healthy"
-        elif status == "False":
-            verdict = message.split(",", 1)[0] if message.startswith(("fatal,", "degraded,")) else "unhealthy"
-        else:
-            verdict = "unknown"
-        return dict(agent=verdict, agent_reason=condition.get("reason"), agent_message=message)
-    return dict(agent=None, agent_reason=None, agent_message=None)
+    """The health agent's verdict from the node's GpuHealthy condition (docs/agent.md), read
+    through the agent's codec (health/gpu_condition.py): ``healthy``, ``fatal``, ``degraded``,
+    ``unknown`` (the agent cannot read its GPUs), ``unhealthy`` (``False`` with a message that is
+    not the agent's); None without the condition (no agent)."""
+    condition = gpu_condition.find(node)
+    if condition is None:
+        return dict(agent=None, agent_reason=None, agent_message=None)
+    fault = gpu_condition.decode(condition)
+    message = condition.get("message") or ""
+    return dict(agent=fault.verdict if fault is not None else "unhealthy", agent_reason=condition.get("reason"),
+                agent_message=message.split("\n", 1)[0])
 
 
 def _gpus(node: Mapping[str, Any]) -> Any:

@@ -2,10 +2,9 @@
 # Apache License 2.0 (see LICENSE)
 """What the remediation acts on: the fault a node's ``GpuHealthy`` condition reports. Pure.
 
-The health agent writes the condition (``agent/condition.py``) with the verdict and the action at
-the head of the message, then the worst fault's device and what it was::
-
-    fatal, RESTART_BM: GPU 3 (GPU-8c1e..., 0000:3b:00.0): XID 79 GPU has fallen off the bus -> RESTART_BM
+The health agent writes the condition (``agent/condition.py``) and this module reads it, both
+through the one codec, ``health/gpu_condition.py``: verdict, action, XIDs and the worst fault's
+device come from the message's data line, never from its prose.
 
 The condition, not the alert, is the source of truth: an alert only says *that* a node is unhealthy,
 and both triggers (Alertmanager and the node-condition source) end up reading the same condition.
@@ -18,17 +17,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.gpu_condition import CONDITION_TYPE
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER
 
-CONDITION_TYPE = "GpuHealthy"
 REASON_PREFIX = "gpufleet:"
 # scontrol keeps a reason on one line; long ones are hard to read in sinfo -R.
 SLURM_REASON_MAX = 200
 
-_HEAD = re.compile(r"(?P<verdict>fatal|degraded), (?P<action>[A-Z_]+): (?P<rest>.*)", re.S)
-_UUID = re.compile(r"\bGPU-[0-9A-Fa-f][0-9A-Fa-f-]{7,}")
-_GPU_INDEX = re.compile(r"^GPU (\d+)\b")
-_XID = re.compile(r"\bS?XID (\d+)")
 
 
 @dataclass(frozen=True)
@@ -51,10 +47,7 @@ class Fault:
 
 
 def condition_of(node: Mapping[str, Any], condition_type: str = CONDITION_TYPE) -> Optional[Dict[str, Any]]:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == condition_type:
-            return dict(condition)
-    return None
+    return gpu_condition.find(node, condition_type)
 
 
 def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fault]:
@@ -62,8 +55,8 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
     if not condition or condition.get("status") != "False":
         return None
     message = str(condition.get("message") or "")
-    head = _HEAD.fullmatch(message)
-    if not head:
+    decoded = gpu_condition.decode(condition)
+    if decoded is None:
         # A condition we did not write the way we write it: act on it only as far as we understand it.
         return Fault(
             verdict="degraded",
@@ -71,17 +64,14 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
             reason=str(condition.get("reason") or "Unknown"),
             message=message,
         )
-    rest = head.group("rest")
-    index = _GPU_INDEX.match(rest)
-    uuid = _UUID.search(rest)
     return Fault(
-        verdict=head.group("verdict"),
-        action=head.group("action"),
-        reason=str(condition.get("reason") or "GpuFault"),
-        message=message,
-        xids=tuple(dict.fromkeys(int(code) for code in _XID.findall(rest))),
-        gpu_index=int(index.group(1)) if index else None,
-        gpu_uuid=uuid.group(0) if uuid else None,
+        verdict=decoded.verdict,
+        action=decoded.action,
+        reason=decoded.reason,
+        message=message.split("\n", 1)[0],  # the people's line; the data is in the fields
+        xids=decoded.xids,
+        gpu_index=decoded.gpu_index,
+        gpu_uuid=decoded.gpu_uuid,
     )
 
 

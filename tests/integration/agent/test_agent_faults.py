@@ -13,6 +13,7 @@ import time
 import pytest
 from agent_probe import AgentProbe, nodes_alerting, prometheus_query, wait_for
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
 
@@ -83,6 +84,11 @@ def test_xid79_from_nvml(lab, probe):
     condition, record = assert_published(probe, "Xid79", "fatal", "GpuNodeFatal", journal, events)
     # The message names the GPU by index, UUID and PCI bus id.
     assert "GPU 3 (%s, 0000:%s)" % (gpu["uuid"], gpu["pci_bus_id"].split(":", 1)[1].lower()) in condition["message"]
+    # Machines read the same fault from it through the codec: verdict, action, XIDs, the device.
+    fault = gpu_condition.decode(condition)
+    assert (fault.verdict, fault.action, fault.reason, fault.xids, fault.gpu_index, fault.gpu_uuid) == (
+        "fatal", "RESTART_BM", "Xid79", (79,), 3, gpu["uuid"])
+    assert fault.pci_bus_id.lower().endswith(gpu["pci_bus_id"].split(":", 1)[1].lower())
     assert record["fault"]["action"] == "RESTART_BM" and record["source"] == "nvml"
     assert probe.sample("gpufleet_gpu_xid_errors_total", gpu="3", xid="79", action="RESTART_BM") == 1.0
     assert probe.sample("gpufleet_gpu_health", gpu="3", state="fatal") == 1.0

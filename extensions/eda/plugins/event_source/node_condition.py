@@ -7,8 +7,10 @@ without it. The health agents write the ``GpuHealthy`` condition on their Node (
 merge patch of ``nodes/status``, see plugins/module_utils/agent/condition.py):
 
 * ``True`` - healthy;
-* ``False`` - ``degraded`` or ``fatal``, the verdict and the catalog action at the head of the
-  message: ``fatal, RESTART_BM: GPU 3 (GPU-..., 0000:3b:00.0): XID 79 ...``;
+* ``False`` - ``degraded`` or ``fatal``: the message's first line is for people
+  (``fatal, RESTART_BM: GPU 3 (GPU-..., 0000:3b:00.0): XID 79 ...``), its last line the same
+  fault as data (``gpufleet.io/fault: {"v":1,"verdict":"fatal","action":"RESTART_BM",...}``),
+  read by ``decode_fault`` (the agent's codec, plugins/module_utils/health/gpu_condition.py);
 * ``Unknown`` - the agent cannot read its GPUs.
 
 The source lists the Nodes, then watches them from the list's resourceVersion, and puts one
@@ -33,7 +35,7 @@ new list is compared with what was seen, so a transition that happened while the
 down still gives its event, and one that was already reported does not give another.
 
 This file is loaded by ansible-rulebook on its own (not as part of a Python package), so it
-imports nothing from the collection; its pure part (``condition_event``, ``parse_message``,
+imports nothing from the collection; its pure part (``condition_event``, ``decode_fault``,
 ``TransitionTracker``) is unit-tested in tests/unit/plugins/event_source/.
 """
 
@@ -43,11 +45,10 @@ import asyncio
 import json
 import logging
 import os
-import re
 import threading
 import time
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 DOCUMENTATION = r"""
 ---
@@ -58,8 +59,9 @@ description:
     turns unhealthy. Heartbeat rewrites of an unchanged condition give no event.
   - "Each event is C({gpufleet_condition: {node, type, status, reason, message, verdict, action,
     last_transition_time, last_heartbeat_time, fingerprint, repeat}}). C(verdict) and C(action) come
-    from the head of the message (C(fatal, RESTART_BM: ...)); both are null when the message has
-    another form. C(repeat) is 0 for the transition and counts the reports of an unresolved episode."
+    from the message's data line (for an agent before 0.6.0, from its head, C(fatal, RESTART_BM: ...)); both
+    are null when the message is not the agent's. C(repeat) is 0 for the transition and counts the reports of an
+    unresolved episode."
 options:
   kubeconfig:
     description:
@@ -139,8 +141,6 @@ LOG = logging.getLogger("gpufleet.resilience.node_condition")
 
 CONDITION_TYPE = "GpuHealthy"
 VERDICTS = ("healthy", "degraded", "fatal")
-# "fatal, RESTART_BM: GPU 3 ...": the agent's verdict, then the catalog action.
-_MESSAGE = re.compile(r"^\s*(healthy|degraded|fatal)\s*,\s*([A-Z][A-Z0-9_]*)\s*:")
 HTTP_GONE = 410
 # Written by the remediation (plugins/module_utils/kube/remediation_objects.py): JSON with the
 # remediation's id, started_at (epoch seconds) and result (null while it runs).
@@ -153,12 +153,51 @@ SETTLED_RESULTS = ("succeeded", "stopped", "refused")
 # ---- pure part -----------------------------------------------------------------------------
 
 
-def parse_message(message: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
-    """(verdict, action) from the head of a GpuHealthy message; (None, None) for another form."""
-    found = _MESSAGE.match(message or "")
-    if not found:
-        return None, None
-    return found.group(1), found.group(2)
+# ---- the GpuHealthy codec: a copy of decode() in plugins/module_utils/health/gpu_condition.py ----
+# (this file imports nothing from the collection). The agent's message has the people's line
+# first ("fatal, RESTART_BM: GPU 3 ...") and the data last ("gpufleet.io/fault: {json}");
+# tests/unit/plugins/event_source/test_node_condition.py holds this copy equal to the original.
+DATA_PREFIX = "gpufleet.io/fault: "
+FORMAT_VERSION = 1
+UNHEALTHY = ("fatal", "degraded")
+ACTIONS = ("NONE", "IGNORE", "RESTART_APP", "RESTART_FM", "DECODE", "CONTACT_SUPPORT", "RESET_GPU", "DRAIN_AND_RESET",
+           "RESTART_VM", "RESTART_BM")
+
+
+def _optional_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
+
+
+def decode_fault(condition: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The unhealthy fault a ``False`` GpuHealthy condition reports ({verdict, action, reason,
+    summary, xids, gpu_index, gpu_uuid, pci_bus_id}); None for another status or a message that
+    is not the agent's."""
+    if not condition or condition.get("status") != "False":
+        return None
+    reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
+    lines = message.split("\n")
+    head, _, summary = lines[0].partition(": ")
+    verdict, _, action = head.partition(", ")
+    data = None
+    if lines[-1].startswith(DATA_PREFIX):
+        try:
+            data = json.loads(lines[-1][len(DATA_PREFIX):])
+        except ValueError:
+            data = None
+    if isinstance(data, dict) and data.get("v") == FORMAT_VERSION:
+        verdict, action = data.get("verdict"), data.get("action")
+        xids = [code for code in data.get("xids") or () if _optional_int(code) is not None]
+        device = (_optional_int(data.get("gpu")), _optional_text(data.get("uuid")), _optional_text(data.get("pci")))
+    else:
+        xids, device = [], (None, None, None)
+    if verdict not in UNHEALTHY or action not in ACTIONS:
+        return None
+    return {"verdict": verdict, "action": action, "reason": reason or "GpuFault", "summary": summary, "xids": xids,
+            "gpu_index": device[0], "gpu_uuid": device[1], "pci_bus_id": device[2]}
 
 
 def node_name(node: Dict[str, Any]) -> Optional[str]:
@@ -214,7 +253,8 @@ def unresolved(node: Dict[str, Any], condition: Dict[str, Any]) -> bool:
 
 def condition_event(node: str, condition: Dict[str, Any], repeat: int = 0) -> Dict[str, Any]:
     """The event put on the queue for one unhealthy condition of ``node``."""
-    verdict, action = parse_message(condition.get("message"))
+    fault = decode_fault(condition) or {}
+    verdict, action = fault.get("verdict"), fault.get("action")
     return {"gpufleet_condition": {
         "node": node,
         "type": condition.get("type"),

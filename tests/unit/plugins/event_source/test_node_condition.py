@@ -21,7 +21,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.conditio
     health_condition,
     unknown_condition,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER, XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import condition_patch
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import ANNOTATION
@@ -89,17 +90,34 @@ def test_verdict_and_action_come_from_the_agents_message():
 
 
 @pytest.mark.parametrize("message, expected", [
+    # Agents before 0.6.0 wrote no data line: the head alone.
     ("fatal, RESTART_BM: GPU 3 (GPU-1, 0000:3b:00.0): XID 79", ("fatal", "RESTART_BM")),
     ("degraded, RESET_GPU: GPU 1 ...", ("degraded", "RESET_GPU")),
-    ("  fatal ,CONTACT_SUPPORT : x", ("fatal", "CONTACT_SUPPORT")),
     ("8 GPUs healthy", (None, None)),
     ("the agent cannot read its GPUs: NVML unavailable", (None, None)),
     ("Fatal, RESTART_BM: capitalised is not the agent's", (None, None)),
+    ("fatal, REBOOT_NOW: not a catalog action", (None, None)),
     ("", (None, None)),
     (None, (None, None)),
+    # The data line decides; prose that looks like another verdict does not.
+    ('degraded, RESET_GPU: said the prose\ngpufleet.io/fault: {"v":1,"verdict":"fatal","action":"RESTART_BM"}',
+     ("fatal", "RESTART_BM")),
+    ('fatal, RESTART_BM: x\ngpufleet.io/fault: {"v":2,"verdict":"fatal","action":"RESTART_BM"}',
+     ("fatal", "RESTART_BM")),
+    ('x\ngpufleet.io/fault: {"v":2,"verdict":"fatal","action":"RESTART_BM"}', (None, None)),  # a newer format
+    ("x\ngpufleet.io/fault: {not json", (None, None)),
 ])
-def test_parse_message(message, expected):
-    assert nc.parse_message(message) == expected
+def test_the_sources_copy_of_the_codec_reads_what_the_codec_reads(message, expected):
+    condition = {"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": message}
+    found = nc.decode_fault(condition)
+    assert ((found or {}).get("verdict"), (found or {}).get("action")) == expected
+    original = gpu_condition.decode(condition)
+    assert found == (original.as_dict() if original is not None else None)
+
+
+def test_the_sources_copy_knows_the_same_actions():
+    assert set(nc.ACTIONS) == set(ACTION_ORDER) and nc.DATA_PREFIX == gpu_condition.DATA_PREFIX
+    assert nc.FORMAT_VERSION == gpu_condition.FORMAT_VERSION and nc.CONDITION_TYPE == gpu_condition.CONDITION_TYPE
 
 
 # ---- one event per transition -------------------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fence import FastFence, fence_reason
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import NodeCondition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmNode
 
@@ -126,6 +127,13 @@ def test_fence_drains_once_per_fatal_episode_and_never_resumes():
     outcomes, errors = run_fence(slurm, [(True, reason), (True, reason), (True, reason), (False, "")])
     assert outcomes == ["drained"] and errors == []
     assert slurm.updates == [("gpu-a-001", "DRAIN", reason)]
+
+
+def test_the_fence_reason_is_the_peoples_line_never_the_data_line():
+    condition = gpu_condition.encode(gpu_condition.NodeFault("fatal", "RESTART_BM", "GpuLost", "GPU 2: lost",
+                                                             gpu_index=2, gpu_uuid="GPU-2"))
+    reason = fence_reason(condition["reason"], condition["message"])
+    assert reason == "gpufleet: GpuLost GPU 2: lost (agent fast fence)" and "{" not in reason
 
 
 def test_fence_keeps_a_drain_someone_else_set():

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import (
     breaker,
     escalation,
@@ -20,13 +21,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.fa
     slurm_reason,
 )
 
-XID79 = {
-    "type": "GpuHealthy",
-    "status": "False",
-    "reason": "Xid79",
-    "message": "fatal, RESTART_BM: GPU 3 (GPU-8c1e2f0a-1111-2222-3333-444455556666, 0000:3b:00.0): "
-    "XID 79 GPU has fallen off the bus -> RESTART_BM",
-}
+# The condition as the agent writes it, through the codec.
+XID79 = gpu_condition.encode(gpu_condition.NodeFault(
+    "fatal", "RESTART_BM", "Xid79",
+    "GPU 3 (GPU-8c1e2f0a-1111-2222-3333-444455556666, 0000:3b:00.0): XID 79 GPU has fallen off the bus -> RESTART_BM",
+    xids=(79,), gpu_index=3, gpu_uuid="GPU-8c1e2f0a-1111-2222-3333-444455556666", pci_bus_id="0000:3b:00.0"))
 
 
 # -- fault -------------------------------------------------------------------------------------------
@@ -40,6 +39,14 @@ def test_fault_from_the_agents_condition():
         3,
     )
     assert fault.gpu_uuid == "GPU-8c1e2f0a-1111-2222-3333-444455556666"
+    assert fault.message == XID79["message"].split("\n")[0]  # the people's line
+
+
+def test_a_condition_of_an_agent_before_the_data_line_is_read_from_its_head():
+    legacy = dict(XID79, message=XID79["message"].split("\n")[0])
+    fault = fault_from_condition(legacy)
+    assert (fault.verdict, fault.action, fault.reason, fault.xids, fault.gpu_index) == (
+        "fatal", "RESTART_BM", "Xid79", (), None)
 
 
 @pytest.mark.parametrize("status", ["True", "Unknown"])
