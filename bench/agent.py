@@ -10,7 +10,11 @@
     .venv/bin/python bench/agent.py p5 [--seconds 300]
         one agent, 8 GPUs, 1 Hz snapshots, idle fleet: CPU % of one core and RSS over the run.
         The fake NVML library runs inside the agent process, so its file reads count as agent CPU
-        (a real driver answers through ioctls instead).
+        (a real driver answers through ioctls instead). Two phases of that length: unscraped, then
+        scraped once a second with Prometheus's Accept and Accept-Encoding headers.
+    .venv/bin/python bench/agent.py exposition [--rounds 200]
+        one scrape's CPU for 8 GPUs, side by side in one process: prometheus-client's own server
+        (OpenMetrics and gzip, what Prometheus asks for) against the agent's Exposition.
     .venv/bin/python bench/agent.py lab [--faults 20] [--api-nodes 1000] [--api-seconds 120]
         brings up a lab of its own (ports 18xxx, like bench/lab.py) with agents and monitoring, then:
         fault -> GpuHealthy condition on the API server, fault -> alert firing in Alertmanager,
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -164,22 +169,90 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+# What Prometheus 2.x sends with each scrape: OpenMetrics first, gzip.
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+def agent_share(agent: LocalAgent, seconds: int, scrape: bool) -> tuple:
+    """CPU % of one core and peak RSS of the agent over ``seconds``, scraped once a second or not."""
+    pid = agent.process.pid
+    cpu0, wall0 = cpu_seconds(pid), time.monotonic()
+    peak = 0.0
+    while time.monotonic() - wall0 < seconds:
+        if scrape:
+            request = urllib.request.Request("http://127.0.0.1:%d/metrics" % agent.port, headers=PROMETHEUS_HEADERS)
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                answer.read()
+            time.sleep(1.0)
+        else:
+            time.sleep(min(5.0, seconds))
+        peak = max(peak, rss_mib(pid))
+    cpu1, wall1 = cpu_seconds(pid), time.monotonic()
+    return 100.0 * (cpu1 - cpu0) / (wall1 - wall0), peak
+
+
 def bench_p5(seconds: int) -> None:
     agent = LocalAgent(port=18951)
     try:
         time.sleep(3)  # start-up (imports, NVML open) is not steady state
-        pid = agent.process.pid
-        cpu0, wall0 = cpu_seconds(pid), time.monotonic()
-        peak = 0.0
-        while time.monotonic() - wall0 < seconds:
-            time.sleep(min(5.0, seconds))
-            peak = max(peak, rss_mib(pid))
-        cpu1, wall1 = cpu_seconds(pid), time.monotonic()
-        share = 100.0 * (cpu1 - cpu0) / (wall1 - wall0)
-        print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s: CPU %.2f %% of one core, RSS %.1f MiB "
-              "(peak %.1f MiB)" % (GPUS, seconds, share, rss_mib(pid), peak))
+        idle, idle_peak = agent_share(agent, seconds, scrape=False)
+        scraped, scraped_peak = agent_share(agent, seconds, scrape=True)
+        print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s each: CPU %.2f %% of one core unscraped, %.2f %% "
+              "scraped every second as Prometheus does; RSS peak %.1f / %.1f MiB"
+              % (GPUS, seconds, idle, scraped, idle_peak, scraped_peak))
     finally:
         agent.stop()
+
+
+def bench_exposition(rounds: int) -> None:
+    """One scrape's CPU, in this process, for an 8-GPU view: what prometheus-client's own server
+    gave Prometheus (OpenMetrics, gzip -9) against the agent's Exposition (text format, NVLink
+    text kept), side by side."""
+    import gzip
+    import itertools
+
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent import metrics
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import GpuSnapshot, NvLinkStatus
+
+    def snapshot(index: int) -> GpuSnapshot:
+        links = tuple(NvLinkStatus(link=link, active=True, crc_flit_errors=0, crc_data_errors=0, replay_errors=0,
+                                   recovery_errors=0) for link in range(18))
+        return GpuSnapshot(index=index, uuid="GPU-%d" % index, temperature_c=40, power_w=100.0, ecc_sbe_volatile=0,
+                           ecc_dbe_volatile=0, remapped_rows_correctable=0, remapped_rows_pending=False,
+                           throttle_reasons=0, nvlinks=links)
+
+    def view() -> "metrics.MetricsView":
+        # A new snapshot each time, equal to the last: what an idle node's agent has between scrapes.
+        return metrics.MetricsView(node="n", version="bench", driver_version="580", kernel_log_source="file",
+                                   up=True, snapshots=[snapshot(i) for i in range(GPUS)],
+                                   gpu_states={i: "healthy" for i in range(GPUS)},
+                                   uuids={i: "GPU-%d" % i for i in range(GPUS)})
+
+    def before() -> bytes:
+        current = view()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(metrics._Families(lambda: itertools.chain(
+            metrics.families(current), metrics._nvlink_families(current.snapshots, current.uuids))))
+        return gzip.compress(openmetrics_latest(registry))
+
+    exposition = metrics.Exposition(view)
+    timings = {}
+    for name, scrape in (("prometheus-client server (OpenMetrics, gzip)", before), ("Exposition", exposition.render)):
+        scrape()
+        started = time.process_time()
+        for _ in range(rounds):
+            scrape()
+        timings[name] = 1000.0 * (time.process_time() - started) / rounds
+    old, new = timings.values()
+    print("Exposition of %d GPUs, CPU per scrape over %d scrapes: %s; ratio %.1fx"
+          % (GPUS, rounds, ", ".join("%s %.2f ms" % item for item in timings.items()), old / new))
 
 
 def main() -> int:
@@ -188,7 +261,9 @@ def main() -> int:
     p1 = commands.add_parser("p1")
     p1.add_argument("--faults", type=int, default=100)
     p5 = commands.add_parser("p5")
-    p5.add_argument("--seconds", type=int, default=300)
+    p5.add_argument("--seconds", type=int, default=300, help="for each phase: unscraped, then scraped")
+    exposition = commands.add_parser("exposition")
+    exposition.add_argument("--rounds", type=int, default=200)
     lab = commands.add_parser("lab")
     lab.add_argument("--faults", type=int, default=20)
     lab.add_argument("--api-nodes", type=int, default=1000)
@@ -201,6 +276,8 @@ def main() -> int:
         bench_p1(args.faults)
     elif args.command == "p5":
         bench_p5(args.seconds)
+    elif args.command == "exposition":
+        bench_exposition(args.rounds)
     else:
         from agent_lab_bench import bench_lab  # bench/agent_lab_bench.py
 

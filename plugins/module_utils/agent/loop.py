@@ -46,7 +46,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fen
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kernel_log_source import make_follower
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
-from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView, registry_for
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import serve as metrics_server
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.node_state import HealthEvent, NodeState
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import GpuSnapshot, XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
@@ -288,10 +289,7 @@ class Agent:
             self._follower.start()
 
     def _start_metrics(self) -> None:
-        from prometheus_client import start_http_server
-
-        server, _thread = start_http_server(self.config.metrics.port, addr=self.config.metrics.address,
-                                            registry=registry_for(self.metrics_view))
+        server, _thread = metrics_server(self.metrics_view, self.config.metrics.address, self.config.metrics.port)
         self._metrics_server = server
 
     def _start_publishers(self) -> None:

@@ -6,20 +6,30 @@ A custom collector reads one consistent ``MetricsView`` per scrape instead of up
 per field per snapshot: the loop does no metrics work between scrapes, and NVML's own counters
 (ECC, NVLink) are exposed as counters with NVML's values, which ``Counter.inc`` cannot express.
 
+The NVLink families are three quarters of a scrape (18 links x 5 series per GPU) and change only
+when a link's state or counters do (the counters are read every tenth snapshot): ``Exposition``
+keeps their text and renders it again only then. Everything else is rendered per scrape by
+prometheus-client. Measured with 8 GPUs: 10 ms a scrape in the text format, 17 ms in OpenMetrics
+(which Prometheus asks for first) plus 3 ms of gzip -9, against about 3 ms for the same text now.
+
 Names follow the Prometheus conventions: base units, ``_total`` on counters, and no node name
 in any metric name (the scrape adds a ``node`` label to the target).
 """
 
 from __future__ import annotations
 
+import socketserver
+import threading
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 try:
+    from prometheus_client import generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import CollectorRegistry
 except ImportError:  # pragma: no cover - the agent's hosts install it; modules never import this file
-    CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = None
+    CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = generate_latest = None
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     STATES,
@@ -29,6 +39,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
 
 ERROR_SOURCES = ("nvml", "kernel_log", "kubernetes", "slurm", "journal", "config")
 XID_SOURCES = ("nvml", "kernel_log")
+# What generate_latest writes (its CONTENT_TYPE_LATEST now names the 1.0.0 text format, which the
+# Prometheus of Debian bookworm, 2.42, does not know).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NVLINK_KINDS = (("crc_flit_errors", "crc_flit"), ("crc_data_errors", "crc_data"), ("replay_errors", "replay"),
                 ("recovery_errors", "recovery"))
 
@@ -110,9 +123,6 @@ def _snapshot_families(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> I
     retired = _gauge("gpufleet_gpu_retired_pages_pending", "1 when retired pages wait for a GPU reset", ids)
     remapped = _gauge("gpufleet_gpu_remapped_rows", "Row remapping: rows remapped, and pending/failed flags",
                       (*ids, "kind"))
-    nvlink_errors = _counter("gpufleet_gpu_nvlink_errors_total", "NVLink error counters",
-                             (*ids, "link", "kind"))
-    nvlink_active = _gauge("gpufleet_gpu_nvlink_active", "1 when the NVLink is up", (*ids, "link"))
     throttle = _gauge("gpufleet_gpu_throttle_reasons", "1 for each active clock-event (throttle) reason",
                       (*ids, "reason"))
     for snap in snapshots:
@@ -132,14 +142,30 @@ def _snapshot_families(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> I
                             ("uncorrectable", snap.remapped_rows_uncorrectable),
                             ("pending", snap.remapped_rows_pending), ("failed", snap.remapped_rows_failed)):
             _maybe(remapped, [*labels, kind], value)
+        if snap.throttle_reasons is not None:
+            for bit, reason in THROTTLE_REASONS:
+                throttle.add_metric([*labels, reason], 1 if snap.throttle_reasons & bit else 0)
+    yield from (lost, temperature, power, ecc, retired, remapped, throttle)
+
+
+def _nvlink_families(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> Iterator:
+    nvlink_errors = _counter("gpufleet_gpu_nvlink_errors_total", "NVLink error counters",
+                             ("gpu", "uuid", "link", "kind"))
+    nvlink_active = _gauge("gpufleet_gpu_nvlink_active", "1 when the NVLink is up", ("gpu", "uuid", "link"))
+    for snap in snapshots:
+        if snap.lost:
+            continue
+        labels = [str(snap.index), snap.uuid or uuids.get(snap.index, "")]
         for link in snap.nvlinks:
             _maybe(nvlink_active, [*labels, str(link.link)], link.active)
             for attribute, kind in NVLINK_KINDS:
                 _maybe(nvlink_errors, [*labels, str(link.link), kind], getattr(link, attribute))
-        if snap.throttle_reasons is not None:
-            for bit, reason in THROTTLE_REASONS:
-                throttle.add_metric([*labels, reason], 1 if snap.throttle_reasons & bit else 0)
-    yield from (lost, temperature, power, ecc, retired, remapped, nvlink_errors, nvlink_active, throttle)
+    yield from (nvlink_errors, nvlink_active)
+
+
+def _nvlink_key(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> Tuple:
+    """What the NVLink families' text depends on, compared by value."""
+    return tuple((snap.index, snap.uuid or uuids.get(snap.index, ""), snap.lost, snap.nvlinks) for snap in snapshots)
 
 
 def _maybe(family, labels: List[str], value) -> None:
@@ -149,24 +175,72 @@ def _maybe(family, labels: List[str], value) -> None:
     family.add_metric(labels, float(value))
 
 
-class AgentCollector:
-    def __init__(self, view: Callable[[], MetricsView]) -> None:
-        self.view = view
+class _Families:
+    """A collector of the families a function yields, for a one-off registry."""
+
+    def __init__(self, produce: Callable[[], Iterable]) -> None:
+        self.produce = produce
 
     def collect(self) -> Iterator:
-        yield from families(self.view())
+        yield from self.produce()
 
 
-def registry_for(view: Callable[[], MetricsView]) -> "CollectorRegistry":
+def _text(produce: Callable[[], Iterable]) -> bytes:
     if CollectorRegistry is None:
         raise RuntimeError("the agent needs the Python package prometheus-client (pip install prometheus-client)")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(view))
-    return registry
+    registry.register(_Families(produce))
+    return generate_latest(registry)
+
+
+class Exposition:
+    """The scrape's text (Prometheus text format 0.0.4) of the view ``view()`` returns: every
+    family rendered by prometheus-client, the NVLink ones kept until their links change."""
+
+    def __init__(self, view: Callable[[], MetricsView]) -> None:
+        self.view = view
+        self._lock = threading.Lock()
+        self._nvlink_key: Optional[Tuple] = None
+        self._nvlink_text = b""
+
+    def render(self) -> bytes:
+        current = self.view()
+        key = _nvlink_key(current.snapshots, current.uuids)
+        with self._lock:  # scrapes may come in parallel; each sees a whole text
+            if key != self._nvlink_key:
+                self._nvlink_text = _text(lambda: _nvlink_families(current.snapshots, current.uuids))
+                self._nvlink_key = key
+            links = self._nvlink_text
+        return _text(lambda: families(current)) + links
+
+    def app(self, environ: Dict[str, Any], start_response: Callable) -> List[bytes]:
+        """A WSGI app: the text on GET /metrics (and /), 404 elsewhere."""
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: the agent serves /metrics\n"]
+        body = self.render()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # the base class names it "format"
+        """A scrape a second is no log line."""
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def serve(view: Callable[[], MetricsView], address: str, port: int) -> Tuple[WSGIServer, threading.Thread]:
+    """The agent's /metrics endpoint, served from a thread; ``shutdown()`` and ``server_close()``
+    on the server stop it."""
+    server = make_server(address, port, Exposition(view).app, _ThreadingServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread
 
 
 def render(view: MetricsView) -> str:
     """The exposition text of one view (tests and ``--once``)."""
-    from prometheus_client import generate_latest
-
-    return generate_latest(registry_for(lambda: view)).decode("utf-8")
+    return Exposition(lambda: view).render().decode("utf-8")

@@ -2,9 +2,18 @@
 # Apache License 2.0 (see LICENSE)
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView, render
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import (
+    Exposition,
+    MetricsView,
+    render,
+    serve,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import GpuSnapshot, NvLinkStatus
 
 UUID = "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"
@@ -81,3 +90,77 @@ def test_a_light_snapshot_keeps_the_last_nvlink_counters():
     merged = with_previous_counters(light, full)
     assert merged[0].nvlinks[0].active is False and merged[0].nvlinks[0].crc_flit_errors == 7
     assert merged[0].nvlinks[0].replay_errors == 2
+
+
+# ---- the exposition: NVLink text kept until the links change; the endpoint ----------------------
+
+
+def links(errors: int = 0, active: bool = True):
+    return tuple(NvLinkStatus(link=link, active=active, crc_flit_errors=errors, crc_data_errors=0, replay_errors=0,
+                              recovery_errors=0) for link in range(18))
+
+
+def eight_gpus(**changes):
+    snapshots = [GpuSnapshot(index=index, uuid="GPU-%d" % index, temperature_c=40, nvlinks=links())
+                 for index in range(8)]
+    for index, nvlinks in changes.items():
+        snapshots[int(index[1:])] = GpuSnapshot(index=int(index[1:]), uuid="GPU-%s" % index[1:], temperature_c=40,
+                                                nvlinks=nvlinks)
+    return view(snapshots=snapshots, uuids={index: "GPU-%d" % index for index in range(8)})
+
+
+def test_the_nvlink_text_is_rendered_again_only_when_a_link_changes():
+    current = [eight_gpus()]
+    exposition = Exposition(lambda: current[0])
+    first = exposition.render()
+    kept = exposition._nvlink_text
+    current[0] = eight_gpus()  # a new snapshot with the same links (equal, not the same objects)
+    current[0].loop_lag = 0.25
+    second = exposition.render()
+    assert exposition._nvlink_text is kept  # not rendered again
+    assert b"gpufleet_agent_loop_lag_seconds 0.25" in second and second != first
+    current[0] = eight_gpus(g3=links(errors=12))
+    third = exposition.render()
+    assert exposition._nvlink_text is not kept
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in text_string_to_metric_families(third.decode()) for s in f.samples}
+    assert found[("gpufleet_gpu_nvlink_errors_total",
+                  (("gpu", "3"), ("kind", "crc_flit"), ("link", "17"), ("uuid", "GPU-3")))] == 12
+    current[0] = eight_gpus(g5=links(active=False))
+    assert b'gpufleet_gpu_nvlink_active{gpu="5",link="0",uuid="GPU-5"} 0.0' in exposition.render()
+
+
+def test_the_cached_text_is_what_a_whole_render_gives():
+    """Every series of a view, cached or not, is the one the view has: 8 GPUs x 18 links x 5 NVLink
+    series, and the rest."""
+    exposition = Exposition(lambda: eight_gpus(g1=links(errors=3)))
+    exposition.render()
+    again = samples_of(exposition.render())
+    fresh = samples_of(Exposition(lambda: eight_gpus(g1=links(errors=3))).render())
+    assert again == fresh
+    assert sum(1 for name, _ in fresh if name.startswith("gpufleet_gpu_nvlink_")) == 8 * 18 * 5
+    assert fresh[("gpufleet_gpu_nvlink_errors_total",
+                  (("gpu", "1"), ("kind", "crc_flit"), ("link", "0"), ("uuid", "GPU-1")))] == 3
+
+
+def samples_of(text: bytes):
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+
+
+def test_the_endpoint_serves_the_text_format_on_metrics_only():
+    server, thread = serve(lambda: eight_gpus(), "127.0.0.1", 0)
+    base = "http://127.0.0.1:%d" % server.server_port
+    try:
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            body = answer.read()
+        assert ("gpufleet_agent_up", ()) in samples_of(body)
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(base + "/other", timeout=5)
+        assert missing.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert not thread.is_alive()
