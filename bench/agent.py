@@ -247,10 +247,10 @@ def bench_exposition(rounds: int) -> None:
     for name, scrape in (("prometheus-client server (OpenMetrics, gzip)", before), ("Exposition", exposition.render)):
         scrape()
         started = time.process_time()
-        for _ in range(rounds):
+        for _round in range(rounds):
             scrape()
         timings[name] = 1000.0 * (time.process_time() - started) / rounds
-    old, new = timings.values()
+    old, new = list(timings.values())
     print("Exposition of %d GPUs, CPU per scrape over %d scrapes: %s; ratio %.1fx"
           % (GPUS, rounds, ", ".join("%s %.2f ms" % item for item in timings.items()), old / new))
 

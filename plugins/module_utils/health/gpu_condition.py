@@ -124,8 +124,8 @@ def decode(condition: Optional[Mapping[str, Any]]) -> Optional[NodeFault]:
     if status != "False":
         return NodeFault("unknown", NO_ACTION, reason or UNKNOWN_REASON, message)
     lines = message.split("\n")
-    head, _, summary = lines[0].partition(": ")
-    verdict, _, action = head.partition(", ")
+    head, _sep, summary = lines[0].partition(": ")
+    verdict, _sep, action = head.partition(", ")
     data = None
     if lines[-1].startswith(DATA_PREFIX):
         try:

@@ -26,7 +26,6 @@ REASON_PREFIX = "gpufleet:"
 SLURM_REASON_MAX = 200
 
 
-
 @dataclass(frozen=True)
 class Fault:
     """A node's fault as the remediation sees it."""

@@ -180,8 +180,8 @@ def decode_fault(condition: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]
         return None
     reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
     lines = message.split("\n")
-    head, _, summary = lines[0].partition(": ")
-    verdict, _, action = head.partition(", ")
+    head, _sep, summary = lines[0].partition(": ")
+    verdict, _sep, action = head.partition(", ")
     data = None
     if lines[-1].startswith(DATA_PREFIX):
         try:

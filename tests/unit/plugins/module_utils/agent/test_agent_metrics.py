@@ -138,7 +138,7 @@ def test_the_cached_text_is_what_a_whole_render_gives():
     again = samples_of(exposition.render())
     fresh = samples_of(Exposition(lambda: eight_gpus(g1=links(errors=3))).render())
     assert again == fresh
-    assert sum(1 for name, _ in fresh if name.startswith("gpufleet_gpu_nvlink_")) == 8 * 18 * 5
+    assert sum(1 for name, _labels in fresh if name.startswith("gpufleet_gpu_nvlink_")) == 8 * 18 * 5
     assert fresh[("gpufleet_gpu_nvlink_errors_total",
                   (("gpu", "1"), ("kind", "crc_flit"), ("link", "0"), ("uuid", "GPU-1")))] == 3
 
@@ -149,7 +149,7 @@ def samples_of(text: bytes):
 
 
 def test_the_endpoint_serves_the_text_format_on_metrics_only():
-    server, thread = serve(lambda: eight_gpus(), "127.0.0.1", 0)
+    server, thread = serve(eight_gpus, "127.0.0.1", 0)
     base = "http://127.0.0.1:%d" % server.server_port
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=5) as answer:
