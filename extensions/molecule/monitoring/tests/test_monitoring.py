@@ -81,8 +81,16 @@ def test_files_have_safe_owners_and_modes(host, path, owner, group, mode):
 
 def test_prometheus_loaded_every_alert_rule(host):
     want = {rule["alert"] for group in yaml.safe_load(RULES_SOURCE.read_text())["groups"] for rule in group["rules"]}
-    rules = get_json(host, PROMETHEUS + "/api/v1/rules?type=alert")["data"]["groups"]
-    loaded = {rule["name"]: rule for group in rules for rule in group["rules"]}
+
+    def evaluated():
+        # A rule's health is "unknown" until its group's first evaluation: up to 30 s for
+        # gpufleet.gpu-links, which runs every 30 s whatever the global interval.
+        groups = get_json(host, PROMETHEUS + "/api/v1/rules?type=alert")["data"]["groups"]
+        found = {rule["name"]: rule for group in groups for rule in group["rules"]}
+        return found if all(rule["health"] != "unknown" for rule in found.values()) else None
+
+    loaded = wait_for(evaluated)
+    assert loaded, "a rule group was never evaluated"
     assert set(loaded) == want
     assert all(rule["health"] == "ok" for rule in loaded.values()), loaded
     assert loaded["GpuNodeFatal"]["duration"] == 0
