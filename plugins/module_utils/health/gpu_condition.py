@@ -13,11 +13,13 @@ of a release before 0.6.0, during an upgrade) is read from its first line's head
 action), with string operations, and carries no device or XIDs.
 
 The event source plugin (extensions/eda/plugins/event_source/node_condition.py) is loaded on its
-own and keeps a copy of ``decode``; tests/unit/plugins/event_source holds the two equal.
+own and keeps a copy of ``decode``; tests/unit/plugins/module_utils/health/test_gpu_condition.py holds
+the two equal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -128,10 +130,8 @@ def decode(condition: Optional[Mapping[str, Any]]) -> Optional[NodeFault]:
     verdict, _sep, action = head.partition(", ")
     data = None
     if lines[-1].startswith(DATA_PREFIX):
-        try:
+        with contextlib.suppress(ValueError):  # not our data line: read as if there were none
             data = json.loads(lines[-1][len(DATA_PREFIX):])
-        except ValueError:
-            data = None
     if isinstance(data, dict) and data.get("v") == FORMAT_VERSION:
         verdict, action = data.get("verdict"), data.get("action")
         xids = tuple(code for code in data.get("xids") or () if _optional_int(code) is not None)

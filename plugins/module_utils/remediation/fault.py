@@ -18,7 +18,6 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
-from ansible_collections.gpufleet.resilience.plugins.module_utils.health.gpu_condition import CONDITION_TYPE
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER
 
 REASON_PREFIX = "gpufleet:"
@@ -43,10 +42,6 @@ class Fault:
         data = asdict(self)
         data["xids"] = list(self.xids)
         return data
-
-
-def condition_of(node: Mapping[str, Any], condition_type: str = CONDITION_TYPE) -> Optional[Dict[str, Any]]:
-    return gpu_condition.find(node, condition_type)
 
 
 def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fault]:

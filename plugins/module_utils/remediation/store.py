@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException, KubeError, api_error
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import (
@@ -38,7 +39,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation im
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.fault import (
     Fault,
-    condition_of,
     fault_from_condition,
     fault_from_input,
     slurm_reason,
@@ -131,12 +131,10 @@ class RemediationStore:
         if node_obj is None:
             raise KubeError("node %s: no such Node in the cluster (and no unfinished remediation of it)" % node, 404)
 
-        if fault_input:
-            fault = fault_from_input(fault_input, "remediation_fault")
-        else:
-            fault = fault_from_condition(condition_of(node_obj))
+        condition = gpu_condition.find(node_obj)
+        fault = fault_from_input(fault_input, "remediation_fault") if fault_input else fault_from_condition(condition)
         if fault is None:
-            condition = condition_of(node_obj) or {}
+            condition = condition or {}
             return {
                 "skip": "healthy",
                 "node": node,

@@ -42,6 +42,7 @@ imports nothing from the collection; its pure part (``condition_event``, ``decod
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -184,10 +185,8 @@ def decode_fault(condition: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]
     verdict, _sep, action = head.partition(", ")
     data = None
     if lines[-1].startswith(DATA_PREFIX):
-        try:
+        with contextlib.suppress(ValueError):  # not our data line: read as if there were none
             data = json.loads(lines[-1][len(DATA_PREFIX):])
-        except ValueError:
-            data = None
     if isinstance(data, dict) and data.get("v") == FORMAT_VERSION:
         verdict, action = data.get("verdict"), data.get("action")
         xids = [code for code in data.get("xids") or () if _optional_int(code) is not None]
