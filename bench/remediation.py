@@ -13,10 +13,13 @@ Prints:
   * P4, injection -> job resumed, with 0 s simulated boot: train_sim runs on a node, XID 79 is
     injected, until the job runs again on another node and has printed its resume line; with the
     time of each phase from the audit record.
+  * runs, the module runs of one RESTART_BM remediation (XID 79, a job on the node, replaced from a
+    spare), counted by bench/callback_plugins/module_runs.py; with --before DIR, the same for the
+    checkout in DIR (for example `git worktree add /tmp/before <ref>`), on the same lab.
 
 Machines here are shared and have 2 cores: the figures are a run's, not a promise; the ratios
 (ours vs kubectl) are measured side by side in the same run.
-Run: .venv/bin/python bench/remediation.py [--reps 5] [--nodes 1000] [--workers 8]
+Run: .venv/bin/python bench/remediation.py [--reps 5] [--nodes 1000] [--workers 8] [--before DIR]
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ LAB_DIR = Path("/var/tmp/gpufleet-bench-remediation-lab")
 FAKEGPU = REPO / "tools" / "fake-nvml" / "fakegpu"
 POLL = 0.05
 # The P2 runs stop after the quarantine: no drain or replacement, so every rep starts from the same fleet.
-P2_PLANS = {"RESTART_BM": ["notify", "fence", "jobs", "down", "opt_out", "quarantine", "record"]}
+P2_PLANS = {"RESTART_BM": ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "record"]}
 
 
 def percentile(values, q):
@@ -169,6 +172,56 @@ class Bench:
         print("P2 EDA path   (agent fault -> cordon + taint):   " + summary(cordon))
         self.self_healing(self_healing_enabled=False)
 
+    # -- module runs ---------------------------------------------------------------------------
+    def runs(self, tree, node):
+        """Module runs of one RESTART_BM remediation of ``node`` by the playbook of checkout ``tree``."""
+        counted = self.lab.lab_dir / "module-runs.json"
+        workdir = self.lab.lab_dir / "bench-runs-job"
+        workdir.mkdir(parents=True, exist_ok=True)
+        job = self.lab.slurm("sbatch", "--parsable", "--requeue", "-w", node, "--gres=gpu:1",
+                             "--output=%s" % (workdir / "train.out"), str(self.lab.lab_dir / "bin" / "train_sim"),
+                             "--checkpoint-dir", str(workdir / "ckpt"), "--steps", "100000",
+                             "--step-seconds", "0.05").strip()
+        self.wait(lambda: "RUNNING" in self.slurm("squeue", "-h", "-j", job, "-o", "%T"), 60, "the job running")
+        self.fakegpu(node, "xid", "--gpu", "1", "--xid", "79")
+        self.wait(lambda: any(c.type == "GpuHealthy" and c.status == "False"
+                              for c in self.api.read_node(node).status.conditions or []), 30, "GpuHealthy False")
+        env = dict(self.lab.env(), ANSIBLE_COLLECTIONS_PATH=str(tree / "collections"),
+                   ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench" / "callback_plugins"),
+                   ANSIBLE_CALLBACKS_ENABLED="module_runs", GPUFLEET_MODULE_RUNS_FILE=str(counted))
+        variables = dict(self.lab.extra_vars, gpufleet_lab_dir=str(self.lab.lab_dir), remediation_node=node,
+                         remediation_grace=30, remediation_boot_delay=0)
+        started = time.time()
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), str(tree / "playbooks" / "remediate-node.yml"),
+             "-e", json.dumps(variables)], cwd=tree, env=env, capture_output=True, text=True, timeout=900,
+            check=False)
+        took = time.time() - started
+        self.slurm("scancel", job)
+        if done.returncode != 0:
+            raise SystemExit("remediate-node.yml of %s failed:\n%s" % (tree, (done.stdout + done.stderr)[-3000:]))
+        found = json.loads(counted.read_text())
+        restored = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "gpufleet.resilience.node_replace", "-a",
+             json.dumps({"name": node, "provider": "lab", "state": "restored", "lab_dir": str(self.lab.lab_dir),
+                         "kubeconfig": str(self.lab.kubeconfig), "slurm_conf": str(self.lab.slurm_conf)})],
+            cwd=REPO, env=self.lab.env(), capture_output=True, text=True, timeout=600, check=False)
+        if restored.returncode != 0:
+            raise SystemExit("restoring %s failed:\n%s" % (node, restored.stdout[-2000:]))
+        self.heal(node)
+        return found, took
+
+    def module_runs(self, before):
+        self.reset_state()
+        trees = [("this checkout", REPO)] + ([("--before", before)] if before else [])
+        for label, tree in trees:
+            found, took = self.runs(tree, "gpu-a-003")
+            print("runs %-14s %d module runs for one RESTART_BM remediation (with a job), %.1f s: %s" % (
+                label, found["runs"], took, ", ".join("%s %d" % (name.split(".")[-1], count)
+                                                      for name, count in sorted(found["modules"].items()))),
+                  flush=True)
+            self.reset_state()
+
     # -- P3 ------------------------------------------------------------------------------------
     def p3(self, count, workers):
         scale_nodes(self.lab, count)
@@ -255,7 +308,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: p2,p3,p4")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: p2,p3,p4,runs")
+    parser.add_argument("--before", type=Path, help="a checkout to count the module runs of too (runs)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     variables = dict(BENCH_VARS, health_agent_fast_fence=True, self_healing_enabled=False)
@@ -269,6 +323,8 @@ def main() -> None:
         raise SystemExit("the bench lab did not come up:\n" + up.output[-4000:])
     bench = Bench(lab)
     try:
+        if "runs" not in skip:
+            bench.module_runs(args.before)
         if "p2" not in skip:
             bench.p2(args.reps)
         if "p4" not in skip:

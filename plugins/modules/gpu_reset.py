@@ -23,6 +23,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
 attributes:
   check_mode:
     support: full
@@ -98,6 +99,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset 
     reset_by_command,
     reset_lab_gpu,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+)
 
 
 def main():
@@ -110,6 +115,7 @@ def main():
             agent_command=dict(type="list", elements="str", default=[]),
             lab_dir=dict(type="path"),
             timeout=dict(type="int", default=120),
+            **progress_argspec(),
         ),
         required_if=[("backend", "lab", ("lab_dir",))],
         supports_check_mode=True,
@@ -121,6 +127,8 @@ def main():
         else:
             result = reset_by_command(params["command"], params["agent_command"], params["node"], params["gpu"],
                                       params["timeout"], module.check_mode)
+        record(params["progress"], params["node"], {"backend": params["backend"], "actions": result.get("actions", []),
+                                                    "agent_told": result.get("agent_told", False)}, module.check_mode)
     except CommandFailed as exc:
         module.fail_json(msg=str(exc), rc=exc.rc)
     except GpufleetError as exc:

@@ -27,6 +27,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.kube
 options:
   name:
@@ -164,6 +165,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     timeout_argspec,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.eviction import EvictionApi, drain_node
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+)
 
 
 def argspec():
@@ -177,6 +182,7 @@ def argspec():
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
         **timeout_argspec(),
+        **progress_argspec(),
     )
 
 
@@ -188,6 +194,11 @@ def main():
         result = drain_node(
             api, p["name"], p["timeout"], p["poll"], p["grace_period"], p["skip_daemonsets"], module.check_mode
         ).as_dict()
+        # A blocked drain stops the remediation here: the node stays fenced and quarantined.
+        blocked = [item["pod"] for item in result["blocked"]]
+        record(p["progress"], p["name"],
+               {"evicted": result["evicted"], "skipped": result["skipped_pods"], "blocked": result["blocked"]},
+               module.check_mode, stop="the drain was blocked: " + ", ".join(blocked) if blocked else None)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     if p["fail_on_blocked"] and result["blocked"]:

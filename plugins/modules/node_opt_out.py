@@ -17,6 +17,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.kube
   - gpufleet.resilience.attributes.read_only
 options:
@@ -65,6 +66,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     timeout_argspec,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.opt_out import opted_out
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+)
 
 
 def main():
@@ -75,6 +80,7 @@ def main():
             kubeconfig=dict(type="path"),
             context=dict(type="str"),
             **timeout_argspec(),
+            **progress_argspec(),
         ),
         supports_check_mode=True,
     )
@@ -82,6 +88,10 @@ def main():
     try:
         api = core_v1(params["kubeconfig"], params["context"], kube_timeouts(params))
         result = opted_out(api, params["name"], params["label"])
+        # An opt-out stops the remediation here: the node stays fenced and quarantined.
+        stop = "opted out by " + ", ".join(result["by"]) if result["opted_out"] else None
+        record(params["progress"], params["name"], {"opted_out": result["opted_out"], "by": result["by"]},
+               module.check_mode, stop=stop)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     module.exit_json(changed=False, **result)

@@ -27,6 +27,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.kube
 options:
   name:
@@ -147,6 +148,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import QuarantineSpec, quarantine_node
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+)
 
 
 def argspec():
@@ -161,6 +166,7 @@ def argspec():
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
         **timeout_argspec(),
+        **progress_argspec(),
     )
 
 
@@ -171,6 +177,7 @@ def main():
     try:
         writer = NodeWriter(core_v1(p["kubeconfig"], p["context"], kube_timeouts(p)))
         result = quarantine_node(writer, p["name"], p["state"], want, check_mode=module.check_mode)
+        record(p["progress"], p["name"], {"changed": result["changed"]}, module.check_mode)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     before, after = result.pop("before"), result.pop("after")

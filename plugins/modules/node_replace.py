@@ -34,6 +34,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.kube
 options:
   name:
@@ -236,6 +237,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.replace.api import ReplaceRequest, replace_node
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
@@ -257,13 +262,18 @@ def argspec():
         clusterapi_namespace=dict(type="str"),
         command=dict(type="list", elements="str"),
         command_timeout=dict(type="float", default=600),
+        **progress_argspec(),
     )
 
 
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     try:
-        result = replace_node(ReplaceRequest(**module.params), module_run_function(module), module.check_mode)
+        request = ReplaceRequest(**{key: value for key, value in module.params.items() if key != "progress"})
+        result = replace_node(request, module_run_function(module), module.check_mode)
+        record(module.params["progress"], module.params["name"],
+               {"provider": module.params["provider"], "replacement": result.replacement, "actions": result.actions},
+               module.check_mode)
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else {}
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None), provider=module.params["provider"], **details)

@@ -22,6 +22,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.kube
 attributes:
   check_mode:
@@ -107,6 +108,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import phase_record
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import record
 
 
@@ -127,13 +129,20 @@ def argspec():
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
         **timeout_argspec(),
+        **phase_record.progress_argspec(),
     )
 
 
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    p = module.params
+    if p["progress"] and p["state"] == "recorded":
+        module.fail_json(msg="progress: state=recorded records the remediation's end itself; give progress with "
+                             "state=notified or alerted", field="progress")
     try:
-        result = record(module.params, module.check_mode)
+        result = record(p, module.check_mode)
+        outcome = {"message": result["text"], "warnings": result["warnings"]} if p["state"] == "notified" else {}
+        phase_record.record(p["progress"], p["node"], outcome, module.check_mode)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
     for warning in result.pop("warnings", []):

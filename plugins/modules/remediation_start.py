@@ -21,6 +21,10 @@ description:
   - An unfinished remediation of the node is resumed when its holder (the C(ansible-playbook) process that ran it)
     is gone; while it still runs, the result has O(ignore:skip=duplicate) and nothing is done.
   - A healthy node (C(GpuHealthy=True)) gives RV(skip=healthy).
+  - With O(fence), quarantine first - in the same module run, right after the claim and the breaker's decision,
+    the plan's leading C(fence) (Slurm C(DRAIN) with the remediation's reason) and C(quarantine) (cordon and
+    taint) are done and recorded, so no new work lands on the node while the remediation notifies, checks the
+    opt-out and lets the jobs checkpoint. The breaker's own plan (V(BREAKER_OPEN)) fences in Slurm only.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -76,6 +80,27 @@ options:
   alertmanager_url:
     description: Alertmanager base URL; the breaker's alert is posted there when it refuses a remediation.
     type: str
+  fence:
+    description:
+      - Quarantine first - do the plan's leading C(fence) and C(quarantine) phases in this run (see above).
+      - Omitted, they are left pending for the playbook (M(gpufleet.resilience.slurm_node) and
+        M(gpufleet.resilience.node_quarantine)).
+    type: dict
+    suboptions:
+      slurm_conf:
+        description: Path of C(slurm.conf) (E(SLURM_CONF)); omit for Slurm's default.
+        type: path
+      bin_dir:
+        description: Directory holding C(scontrol) and C(sinfo); omit to search E(PATH).
+        type: path
+      timeout:
+        description: Seconds each Slurm command may run.
+        type: float
+        default: 15
+      taint_key:
+        description: Key of the quarantine taint (effect C(NoSchedule)).
+        type: str
+        default: gpufleet.io/gpu-unhealthy
   kubeconfig:
     description: Kubeconfig file; omit for the in-cluster service account.
     type: path
@@ -135,6 +160,13 @@ slurm_reason:
   description: The Slurm reason for the fence, C(gpufleet:) first.
   type: str
   returned: unless skipped
+first:
+  description:
+    - With O(fence), the outcome of each phase this run did (V(fence), V(quarantine)), as recorded; else empty.
+  type: dict
+  returned: always
+  sample: {fence: {action: drain, changed: true, reason: "gpufleet: Xid79 GPU 3", foreign_reason: null},
+           quarantine: {changed: true}}
 message:
   description: One line saying what happens.
   type: str
@@ -151,6 +183,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import start
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
 
 
 def argspec():
@@ -165,6 +199,12 @@ def argspec():
         namespace=dict(type="str", default="gpufleet-system"),
         pool_selector=dict(type="str", default="gpufleet.io/pool"),
         alertmanager_url=dict(type="str"),
+        fence=dict(type="dict", options=dict(
+            slurm_conf=dict(type="path"),
+            bin_dir=dict(type="path"),
+            timeout=dict(type="float", default=15),
+            taint_key=dict(type="str", default="gpufleet.io/gpu-unhealthy", no_log=False),
+        )),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
         **timeout_argspec(),
@@ -173,10 +213,18 @@ def argspec():
 
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
+    fence = module.params["fence"] or {}
+
+    def slurm_client():
+        return SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=fence.get("slurm_conf"),
+                                       bin_dir=fence.get("bin_dir"), timeout=fence.get("timeout"),
+                                       check_mode=module.check_mode))
+
     try:
-        result = start(module.params, module.check_mode)
+        result = start(module.params, module.check_mode, slurm_client=slurm_client)
     except GpufleetError as exc:
-        module.fail_json(msg=str(exc), field=getattr(exc, "field", None))
+        details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
+        module.fail_json(msg=str(exc), id=getattr(exc, "remediation_id", None), **details)
     module.exit_json(**result)
 
 

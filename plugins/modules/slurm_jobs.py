@@ -32,6 +32,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
 options:
   node:
     description:
@@ -101,6 +102,9 @@ attributes:
   diff_mode:
     support: none
 notes:
+  - With O(progress) (phase V(jobs), O(state=evacuated)), the jobs signalled are recorded as the phase's intent
+    before the wait, and the jobs an earlier run of the same remediation recorded are not signalled again
+    (as if they were in O(skip_signal)); the outcome recorded is C(jobs), C(signalled) (every run's) and C(waited_s).
   - A failure halfway (slurmctld stops answering) fails the task with RV(signalled) and RV(command) so far,
     so the rerun can pass them as O(skip_signal).
 seealso:
@@ -203,6 +207,12 @@ command:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    progress_argspec,
+    record,
+    record_intent,
+    recorded_intent,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.evacuate import slurm_jobs
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
@@ -220,7 +230,26 @@ def argspec():
         slurm_conf=dict(type="path"),
         bin_dir=dict(type="path"),
         timeout=dict(type="float", default=30),
+        **progress_argspec(),
     )
+
+
+def evacuate_and_record(module, client):
+    """The remediation's jobs phase in one run: skip what an earlier run signalled, record what
+    this one signals before the wait, record the outcome after."""
+    p = module.params
+    earlier = recorded_intent(p["progress"], p["node"])
+    skip = sorted(set(p["skip_signal"]) | set(earlier))
+
+    def signalled_now(ids):
+        record_intent(p["progress"], p["node"], earlier + [job for job in ids if job not in earlier], module.check_mode)
+
+    result = slurm_jobs(client, p["node"], "evacuated", signal=p["signal"], grace=p["grace"], poll=p["poll"],
+                        then=p["then"], skip_signal=skip, on_signalled=signalled_now)
+    every = earlier + [job for job in result["signalled"] if job not in earlier]
+    record(p["progress"], p["node"], {"jobs": result["jobs"], "signalled": every, "waited_s": result["waited"]},
+           module.check_mode)
+    return result
 
 
 def main():
@@ -229,8 +258,11 @@ def main():
     client = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"], bin_dir=p["bin_dir"],
                                      timeout=p["timeout"], check_mode=module.check_mode))
     try:
-        result = slurm_jobs(client, p["node"], p["state"], signal=p["signal"], grace=p["grace"], poll=p["poll"],
-                            then=p["then"], skip_signal=p["skip_signal"])
+        if p["progress"] and p["state"] == "evacuated":
+            result = evacuate_and_record(module, client)
+        else:
+            result = slurm_jobs(client, p["node"], p["state"], signal=p["signal"], grace=p["grace"], poll=p["poll"],
+                                then=p["then"], skip_signal=p["skip_signal"])
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
         module.fail_json(msg=str(exc), **details)

@@ -27,6 +27,7 @@ description:
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
+  - gpufleet.resilience.remediation_phase
 options:
   name:
     description:
@@ -179,6 +180,11 @@ message:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
+    fence_outcome,
+    progress_argspec,
+    record,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import apply_node_state
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
@@ -194,6 +200,7 @@ def argspec():
         slurm_conf=dict(type="path"),
         bin_dir=dict(type="path"),
         timeout=dict(type="float", default=30),
+        **progress_argspec(),
     )
 
 
@@ -205,6 +212,7 @@ def main():
                                      timeout=p["timeout"], check_mode=module.check_mode))
     try:
         result = apply_node_state(client, p["name"], p["state"], p["reason"], p["owner_prefix"], p["force"])
+        record(p["progress"], p["name"], fence_outcome(result, p["reason"]), module.check_mode)
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
         module.fail_json(msg=str(exc), **details)

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation im
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.breaker import BreakerPolicy
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.escalation import EscalationPolicy
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import check_overrides
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.quarantine_first import act_first
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.store import Policy, RemediationStore
 
 BREAKER_ALERT = "GpuRemediationBreakerTripped"
@@ -84,11 +85,29 @@ def breaker_alert(node: str, why: str, now: float, resolved: bool = False) -> Di
     )
 
 
-def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
+def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None,
+          slurm_client: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
+    """remediation_start: claim, plan, escalation, breaker; with ``fence``, the fence and
+    quarantine that head the plan too (quarantine first), before anyone is told."""
     now = time.time() if now is None else now
     store = store_from(params, check_mode)
+    client = slurm_client() if params.get("fence") is not None and slurm_client is not None else None
+    if client is not None:
+        # Before anything is written: slurmctld answers and knows the node (FUTURE included: a
+        # node a crashed run already retired). Unknown, it fails naming the node, and no claim is made.
+        check_node_name(params["node"], "node")
+        client.nodes([params["node"]], future=True, with_jobs=False)
     result = store.start(params["node"], dict(params.get("trigger") or {}), now, params.get("fault"))
     result["changed"] = bool(not result.get("skip") and not check_mode)
+    result["first"] = {}
+    if client is not None and not result.get("skip"):
+        try:
+            result = act_first(params, result, check_mode, client)
+        except GpufleetError as exc:
+            # The claim is made: the failure names the remediation, so that the playbook records it
+            # there and its next try resumes it.
+            exc.remediation_id = result["id"]
+            raise
     breaker = (result.get("decisions") or {}).get("breaker")
     result["alerts"] = []
     if breaker and not breaker["granted"] and params.get("alertmanager_url") and not check_mode:

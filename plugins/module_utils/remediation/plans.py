@@ -4,10 +4,11 @@
 
 The table follows NVIDIA's XID catalog buckets (DESIGN section 5), proportionate to the fault:
 
-* ``RESTART_BM``/``RESTART_VM`` (XID 79, 151...): the node is lost; fence it, let its jobs
-  checkpoint and requeue, take it out of Kubernetes and replace it from spare capacity.
-* ``RESET_GPU``/``DRAIN_AND_RESET`` (XID 48, 48+63, 62, ...): fence and drain, reset the GPU,
-  verify that it is healthy, and put the node back in service.
+* ``RESTART_BM``/``RESTART_VM`` (XID 79, 151...): the node is lost; fence and quarantine it first
+  (Slurm DRAIN, cordon and taint, in the run that claims it), then notify, let its jobs checkpoint
+  and requeue, take it out of Kubernetes and replace it from spare capacity.
+* ``RESET_GPU``/``DRAIN_AND_RESET`` (XID 48, 48+63, 62, ...): fence and quarantine first, drain,
+  reset the GPU, verify that it is healthy, and put the node back in service.
 * ``RESTART_FM`` (XID 45 alone): fence, restart the fabric manager, verify, resume.
 * ``RESTART_APP`` (XID 13, 31, ...): the application's fault, not the node's; notify (and requeue
   the node's jobs only where a site puts ``jobs`` in this plan).
@@ -33,12 +34,14 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 
 # Every phase the playbook knows, in the only order they may run.
 PHASES = (
-    "notify",  # webhook + Kubernetes Event: what happened, what will be done
+    # Quarantine first: fence and quarantine run in the same module run as the claim and the
+    # breaker's decision (remediation_start), so no new work lands on the node while the rest runs.
     "fence",  # Slurm DRAIN with our reason: no new work
+    "quarantine",  # cordon + taint gpufleet.io/gpu-unhealthy:NoSchedule + state annotation
+    "notify",  # webhook + Kubernetes Event: what happened, what will be done
     "jobs",  # SIGTERM, grace, requeue the requeueable, cancel the rest
     "down",  # Slurm DOWN with our reason (the node leaves the scheduler for good)
     "opt_out",  # node or pod labelled gpufleet.io/remediation=disabled: stop here, fenced
-    "quarantine",  # cordon + taint gpufleet.io/gpu-unhealthy:NoSchedule + state annotation
     "drain",  # evictions through the Eviction API, PDBs honoured
     "reset_gpu",  # nvidia-smi -r (a state reset of the fake GPU in the lab)
     "restart_fm",  # restart the fabric manager
@@ -53,22 +56,22 @@ ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", 
 # What a refused remediation may still do while the breaker is open: stop new work (reversible).
 BREAKER_OPEN_MAY = frozenset(("fence",))
 
-_REPLACE = ("notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record")
-_RESET = ("notify", "fence", "jobs", "opt_out", "quarantine", "drain", "reset_gpu", "verify", "resume", "record")
-_HOLD = ("notify", "fence", "jobs", "down", "hold", "record")
+_REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record")
+_RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "reset_gpu", "verify", "resume", "record")
+_HOLD = ("fence", "notify", "jobs", "down", "hold", "record")
 
 DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "RESTART_BM": _REPLACE,
     "RESTART_VM": _REPLACE,
     "RESET_GPU": _RESET,
     "DRAIN_AND_RESET": _RESET,
-    "RESTART_FM": ("notify", "fence", "jobs", "restart_fm", "verify", "resume", "record"),
+    "RESTART_FM": ("fence", "notify", "jobs", "restart_fm", "verify", "resume", "record"),
     "RESTART_APP": ("notify", "record"),
     "CONTACT_SUPPORT": _HOLD,
     "DECODE": _HOLD,
     "IGNORE": ("record",),
     "HOLD": _HOLD,
-    "BREAKER_OPEN": ("notify", "fence", "record"),
+    "BREAKER_OPEN": ("fence", "notify", "record"),
 }
 
 # What the notification says will be done, per plan.

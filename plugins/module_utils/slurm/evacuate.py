@@ -165,8 +165,13 @@ def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optio
 def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0,
              then: str = "requeue", skip_signal: Optional[Iterable[Any]] = None,
              clock: Callable[[], float] = time.monotonic,
-             sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
-    """What ``state=evacuated`` returns: changed, jobs (each with its fate), signalled, waited, command."""
+             sleep: Callable[[float], None] = time.sleep,
+             on_signalled: Optional[Callable[[List[str]], None]] = None) -> Dict[str, Any]:
+    """What ``state=evacuated`` returns: changed, jobs (each with its fate), signalled, waited, command.
+
+    ``on_signalled(ids)`` is called with the jobs this call signalled, once they all have the signal
+    and before the wait: the remediation records them there, so that a rerun after a crash in the
+    wait does not signal them again."""
     checked = check_evacuation(node, signal, grace, poll, then, skip_signal)
     jobs = node_jobs(client, node)
     if not jobs and not checked["skip"]:
@@ -192,6 +197,8 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             command.append(list(result.argv))
             fates[job.job_id].signalled = True
             signalled.append(job.job_id)
+        if on_signalled is not None and signalled:
+            on_signalled(list(signalled))
 
         waiting = [job_id for job_id, fate in fates.items() if fate.fate is None]
         started = clock()

@@ -175,7 +175,12 @@ def test_the_remediation_modules_run_with_its_identity(identity_lab, admin, gpu_
     reasons = {e.reason for e in admin.list_namespaced_event(
         "default", field_selector="involvedObject.name=%s" % gpu_node).items}
     assert {"GpuRemediationStarted", "GpuRemediationFinished"} <= reasons, reasons
-    assert json.loads(audit.read_text().splitlines()[-1])["id"] == result["id"]
+    record = json.loads(audit.read_text().splitlines()[-1])
+    assert record["id"] == result["id"]
+    # Recorded by the modules that did the phases, in their own runs (their `progress` option).
+    timeline = {step["phase"]: step["outcome"] for step in record["timeline"]}
+    assert timeline["quarantine"] == {"changed": True}
+    assert gpu_node in timeline["notify"]["message"]
 
 
 def test_the_self_healing_identity_lists_and_watches_nodes(identity_lab, gpu_node):

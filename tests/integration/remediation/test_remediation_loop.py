@@ -22,7 +22,7 @@ from remediation_probe import NAMESPACE, Fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-REPLACE_PHASES = ["notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record"]
+REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record"]
 
 
 @pytest.fixture()
@@ -141,11 +141,11 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
         record = fleet.audit(node)[-1]
         assert record["plan"]["name"] == "DRAIN_AND_RESET" and record["result"] == "succeeded", record
         assert [s["phase"] for s in record["timeline"]] == [
-            "notify",
             "fence",
+            "quarantine",
+            "notify",
             "jobs",
             "opt_out",
-            "quarantine",
             "drain",
             "reset_gpu",
             "verify",
@@ -162,7 +162,7 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
         fleet.heal(node)
 
 
-def test_opt_out_label_fences_and_notifies_without_a_drain(fleet):
+def test_opt_out_label_stops_after_the_fence_and_notifies_without_a_drain(fleet):
     node = fleet.active_nodes()[2]
     api = fleet.lab.kube()
     api.patch_node(node, {"metadata": {"labels": {"gpufleet.io/remediation": "disabled"}}})
@@ -175,8 +175,11 @@ def test_opt_out_label_fences_and_notifies_without_a_drain(fleet):
         assert "node/%s" % node in record["stopped"]["why"]
         assert fleet.slurm_node(node)["State"].startswith("DOWN")
         assert "gpufleet: Xid79" in fleet.slurm_node(node)["Reason"]
+        # Quarantine first: fenced in Slurm, cordoned and tainted before the opt-out was read; not drained
+        # or replaced.
         kube = fleet.kube_node(node)
-        assert kube is not None and not kube["spec"].get("unschedulable")
+        assert kube is not None and kube["spec"].get("unschedulable")
+        assert [t for t in kube["spec"].get("taints") or [] if t["key"] == "gpufleet.io/gpu-unhealthy"]
         reasons = [
             e.reason for e in api.list_namespaced_event("default", field_selector="involvedObject.name=%s" % node).items
         ]
@@ -323,7 +326,7 @@ def test_a_storm_trips_the_breaker_at_its_cap(fleet):
             state, reason = states[node].split("|", 1)
             assert state.startswith("drain") and reason.startswith("gpufleet: "), (node, states[node])
             assert not fleet.kube_node(node)["spec"].get("unschedulable"), node
-            assert [step["phase"] for step in results[node]["timeline"]] == ["notify", "fence", "record"], results[node]
+            assert [step["phase"] for step in results[node]["timeline"]] == ["fence", "notify", "record"], results[node]
         breaker = fleet.module("remediation_breaker", {"kubeconfig": str(lab.kubeconfig), "namespace": NAMESPACE})[
             "breaker"
         ]

@@ -1,5 +1,6 @@
 """The phase order has one source: plans.PHASES. roles/remediation/tasks/phases.yml runs one block
-per phase, in that order, each guarded by its own name and recording progress under that name only.
+per phase, in that order, each guarded by its own name and recording progress under that name only
+(through remediation_progress, or the `progress` option of the module that does the phase).
 
 A phase added to the policy but not to the playbook (or the other way round), two blocks swapped, or
 a block that records another phase's progress would make a remediation skip or repeat an action on a
@@ -34,7 +35,15 @@ def phase_blocks() -> List[tuple]:
         guard = GUARD.match(str(task.get("when", "")))
         assert guard, "a top-level task of phases.yml without a `'<phase>' in remediation__todo` guard: %r" % (
             task.get("name"))
-        recorded = {inner[PROGRESS]["phase"] for inner in tasks_in(task.get("block")) if PROGRESS in inner}
+        recorded = set()
+        for inner in tasks_in(task.get("block")):
+            for action, args in inner.items():
+                if not action.startswith("gpufleet.resilience.") or not isinstance(args, dict):
+                    continue
+                if action == PROGRESS:
+                    recorded.add(args["phase"])
+                elif isinstance(args.get("progress"), dict):
+                    recorded.add(args["progress"]["phase"])
         blocks.append((guard.group(1), recorded))
     return blocks
 
@@ -46,3 +55,10 @@ def test_the_playbook_runs_every_phase_of_the_policy_in_its_order():
 def test_each_phase_block_records_only_its_own_phase():
     for phase, recorded in phase_blocks():
         assert recorded <= {phase}, "the %s block records %s" % (phase, sorted(recorded))
+
+
+def test_each_phase_block_records_its_phase():
+    """A block that records nothing leaves its phase pending: a rerun would do it again."""
+    for phase, recorded in phase_blocks():
+        if phase != "record":  # remediation_record state=recorded closes the remediation itself
+            assert recorded == {phase}, "the %s block records %s" % (phase, sorted(recorded))

@@ -76,7 +76,7 @@ def test_fault_input_names_the_bad_field():
 # -- plans -------------------------------------------------------------------------------------------
 def test_fatal_xid79_plan_replaces_the_node():
     plan = plans.plan_for("RESTART_BM")
-    assert plan.phases == ("notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record")
+    assert plan.phases == ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record")
     assert plan.acts
 
 
@@ -92,7 +92,7 @@ def test_proportionate_plans():
     assert plans.plan_for("IGNORE").phases == ("record",)
     # A refused remediation still fences in Slurm (no new work), and only that; it takes no slot.
     refused = plans.plan_for("BREAKER_OPEN")
-    assert refused.phases == ("notify", "fence", "record") and not refused.needs_slot
+    assert refused.phases == ("fence", "notify", "record") and not refused.needs_slot
     assert plans.plan_for("BREAKER_OPEN", fence_when_open=False).phases == ("notify", "record")
     assert plans.plan_for("RESTART_BM").needs_slot
     assert "hold" in plans.plan_for("CONTACT_SUPPORT").phases
@@ -268,17 +268,17 @@ def _progress():
 
 
 def test_progress_marks_phases_once_and_knows_what_is_left():
-    doc = progress.mark_phase(_progress(), "notify", {"webhook": True}, 101.0)
-    assert progress.pending(doc)[0] == "fence"
-    again = progress.mark_phase(doc, "notify", {"webhook": False}, 200.0)
-    assert again["phases"]["notify"] == {"start": 100.0, "end": 101.0, "outcome": {"webhook": True}}
-    doc = progress.mark_phase(doc, "fence", {}, 103.0)
-    assert doc["phases"]["fence"]["start"] == 101.0
+    doc = progress.mark_phase(_progress(), "fence", {"changed": True}, 101.0)
+    assert progress.pending(doc)[0] == "quarantine"
+    again = progress.mark_phase(doc, "fence", {"changed": False}, 200.0)
+    assert again["phases"]["fence"] == {"start": 100.0, "end": 101.0, "outcome": {"changed": True}}
+    doc = progress.mark_phase(doc, "quarantine", {}, 103.0)
+    assert doc["phases"]["quarantine"]["start"] == 101.0
 
 
 def test_a_stop_skips_every_later_phase_but_the_record():
     doc = _progress()
-    for phase in ("notify", "fence", "jobs", "down"):
+    for phase in ("fence", "quarantine", "notify", "jobs", "down"):
         doc = progress.mark_phase(doc, phase, {}, 101.0)
     doc = progress.mark_phase(doc, "opt_out", {"opted_out": True}, 102.0, stop="opted out by label")
     assert progress.pending(doc) == ["record"]
@@ -293,7 +293,7 @@ def test_phase_not_in_the_plan_is_refused():
 def test_audit_record_holds_the_timeline_and_jobs(tmp_path):
     doc = _progress()
     jobs = [{"job_id": "7", "fate": "left", "state": "PENDING"}]
-    for phase in ("notify", "fence", "jobs", "down", "opt_out", "quarantine", "drain", "replace", "record"):
+    for phase in plans.plan_for("RESTART_BM").phases:
         doc = progress.mark_phase(doc, phase, {"jobs": jobs} if phase == "jobs" else {}, 110.0)
     doc = progress.finish(doc, "succeeded", 111.0)
     audit = records.audit_record(doc)

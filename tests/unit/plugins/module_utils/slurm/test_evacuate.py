@@ -445,3 +445,21 @@ def test_a_rerun_after_a_crash_requeues_a_killed_job_once():
     assert first["command"] == [["scontrol", "requeue", "7"]]
     again = run(slurm, grace=30, poll=1, skip_signal=["7"])
     assert fates(again) == {"7": (True, LEFT, "PENDING")} and again["command"] == []
+
+
+def test_on_signalled_hears_every_signalled_job_before_the_first_wait():
+    """The remediation records these as the jobs phase's intent: a crash in the wait must not signal them again."""
+    clock = Clock()
+    slurm = FakeSlurm([Job("7"), Job("8", on_signal=(0.1, "PENDING")), Job("9")], clock)
+    heard = []
+
+    def on_signalled(ids):
+        heard.append((list(ids), list(clock.sleeps), [call[0] for call in slurm.mutations()]))
+
+    result = run(slurm, grace=2, poll=1, skip_signal=["9"], on_signalled=on_signalled)
+    assert heard == [(["7", "8"], [], ["signal", "signal"])]  # once, before any sleep or requeue
+    assert result["signalled"] == ["7", "8"]
+    # Nothing signalled (every job skipped): not called at all.
+    heard.clear()
+    run(FakeSlurm([Job("7")], Clock()), grace=0, skip_signal=["7"], on_signalled=on_signalled)
+    assert heard == []
