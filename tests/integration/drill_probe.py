@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from lab_harness import REPO, VENV_BIN, Lab, PlaybookResult
 from remediation_probe import NAMESPACE, Fleet
@@ -30,12 +30,14 @@ class Drills(Fleet):
     def drill(self, experiment: str, target: str, timeout: int = 900, **extra: Any) -> PlaybookResult:
         return self.lab.playbook("drill.yml", extra=self.variables(experiment, target, **extra), timeout=timeout)
 
-    def start_drill(self, experiment: str, target: str, **extra: Any) -> subprocess.Popen:
-        """The drill as a process of its own session, so a test can SIGKILL the whole run."""
+    def start_drill(self, experiment: str, target: str, wrap: Sequence[str] = (), **extra: Any) -> subprocess.Popen:
+        """The drill as a process of its own session, so a test can SIGKILL the whole run; ``wrap``
+        goes before ansible-playbook (an `unshare` that gives the run a PID namespace of its own)."""
         variables = dict(self.lab.extra_vars, gpufleet_lab_dir=str(self.lab.lab_dir))
         variables.update(self.variables(experiment, target, **extra))
         return subprocess.Popen(
-            [str(VENV_BIN / "ansible-playbook"), str(REPO / "playbooks" / "drill.yml"), "-e", json.dumps(variables)],
+            [*wrap, str(VENV_BIN / "ansible-playbook"), str(REPO / "playbooks" / "drill.yml"), "-e",
+             json.dumps(variables)],
             cwd=REPO, env=self.lab.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,
         )

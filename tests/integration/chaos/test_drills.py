@@ -171,6 +171,80 @@ def test_killed_controllers_kill_switch_and_watchdog_leave_nothing_behind(drills
     assert drills.ledger().get("drills") == {}
 
 
+def test_a_drill_killed_with_its_watchdog_is_rolled_back_by_the_warden(drills):
+    """AWX cancels a job by removing its container: the drill and its async watchdog die together.
+    Here the drill runs in a PID namespace of its own (`unshare --pid --kill-child`); SIGKILL of
+    `unshare` makes the kernel kill every process in the namespace, the daemonized watchdog too.
+    The lab's chaos warden, a lab process outside the drill's tree, rolls the fault back by its expiry."""
+    node = "gpu-a-002"
+    before = drills.node_snapshot(node)
+    warden = drills.lab.recorded_pids().get("chaos-warden")
+    assert warden and os.path.exists("/proc/%d" % warden), "the lab runs no chaos warden"
+    patient = {"detected": 300, "alerted": 300, "scheduler": 300, "recovered": 300}
+    duration = 20
+    process = drills.start_drill("gpu_thermal", node, duration=duration, chaos_drill_deadlines=patient,
+                                 wrap=["unshare", "--pid", "--fork", "--kill-child"])
+    try:
+        def fault():
+            found = [f for f in drills.ledger().get("faults", {}).values()
+                     if f.get("state") == "active" and f["node"] == node]
+            return found[0] if found else None
+
+        active = wait_for(fault, 180, 0.5, what="the fault on %s active in the ledger" % node)
+        namespace = _pid_namespace(_children(process.pid)[0])
+        # The watchdog runs, inside the drill's namespace (async_wrapper, then chaos_ledger state=expired).
+        wait_for(lambda: [pid for pid in _in_namespace(namespace) if "chaos_ledger" in _cmdline(pid)], 30, 0.5,
+                 what="the drill's watchdog in its namespace")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        wait_for(lambda: not _in_namespace(namespace), 30, 0.5, what="every process of the killed drill gone")
+        assert drills.node_snapshot(node)["fake_gpus"] != before["fake_gpus"], "the fault is still in place"
+        left = active["expires_at"] - time.time()
+        # Back by its expiry: the warden's grace (10 s) and interval (5 s) after it, at most.
+        assert wait_equal(lambda: drills.node_snapshot(node), before, max(left, 0) + 45) == before
+        ledger = drills.ledger()
+        done = [f for f in ledger["history"] if f["id"] == active["id"]]
+        assert done and done[0]["rolled_back_by"] == "warden", done
+        assert done[0]["rolled_back_at"] >= active["expires_at"]
+        wait_for(lambda: active["drill"] not in drills.ledger().get("drills", {}), 30, 0.5,
+                 what="the warden to end the killed drill")
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _pid_namespace(pid):
+    try:
+        return os.readlink("/proc/%s/ns/pid" % pid)
+    except OSError:
+        return None
+
+
+def _in_namespace(namespace):
+    return [pid for pid in os.listdir("/proc") if pid.isdigit() and _pid_namespace(pid) == namespace]
+
+
+def _children(parent):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/stat" % pid) as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        found.append(int(pid))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
 def test_a_drill_against_a_lab_without_remediation_reports_the_gap(drills, tmp_path):
     assert TEST_LAB_VARS["self_healing_enabled"] is False
     job, node = drills.submit_train_sim(tmp_path / "job")

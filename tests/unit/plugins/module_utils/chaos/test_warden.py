@@ -1,0 +1,99 @@
+"""The chaos warden's sweep, on the ledger's file store, with a family of our own that records its reverts."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, ledger, warden
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+
+class RecordingFamily:
+    def __init__(self):
+        self.reverted = []
+
+    def revert(self, undo, ctx):
+        self.reverted.append(undo["what"])
+        return {"reverted": ["put back %s" % undo["what"]]}
+
+
+@pytest.fixture()
+def family(monkeypatch):
+    recording = RecordingFamily()
+    monkeypatch.setitem(api.FAMILIES, "recording", recording)
+    return recording
+
+
+def fault(fault_id, drill, expires_at, **more):
+    return dict({"id": fault_id, "drill": drill, "family": "recording", "node": "gpu-a-001", "state": "active",
+                 "spec": {"lab_dir": "/lab"}, "undo": {"what": fault_id}, "expires_at": expires_at}, **more)
+
+
+def store_with(tmp_path, faults, drills):
+    store = ledger.FileStore(str(tmp_path / "ledger.json"))
+    data = {}
+    for entry in faults:
+        data = ledger._put(data, "faults", dict(ledger.faults(data), **{entry["id"]: entry}))
+    for drill in drills:
+        data = ledger.add_drill(data, drill)
+    store.update(lambda _old: (data, None))
+    return store
+
+
+def test_a_sweep_rolls_back_what_expired_past_the_grace_and_ends_the_drills_left_empty(tmp_path, family):
+    now = 1000.0
+    store = store_with(tmp_path, [fault("old", "d1", now - 30), fault("in-grace", "d2", now - 5),
+                                  fault("live", "d3", now + 300)],
+                       [{"id": "d1", "expires_at": now - 30}, {"id": "d2", "expires_at": now - 5},
+                        {"id": "d3", "expires_at": now + 300}, {"id": "d4", "expires_at": now - 60}])
+    done = warden.sweep(store, {"check_mode": False}, now, grace=10)
+    assert family.reverted == ["old"]  # the one in its grace is left to its own drill's watchdog
+    assert [row["id"] for row in done["rolled_back"]] == ["old"] and done["rolled_back"][0]["rollback"] == "done"
+    assert sorted(done["drills_ended"]) == ["d1", "d4"]  # d2 keeps its fault for now; d3 has not expired
+    data, _version = store.read()
+    assert sorted(ledger.faults(data)) == ["in-grace", "live"]
+    assert sorted(ledger.drills(data)) == ["d2", "d3"]
+    assert [(h["id"], h["rolled_back_by"]) for h in ledger.history(data)] == [("old", "warden")]
+    # Nothing left to do: a second sweep at the same time changes nothing.
+    assert warden.sweep(store, {"check_mode": False}, now, grace=10) == {"rolled_back": [], "drills_ended": []}
+
+
+def test_a_fault_that_acts_on_another_host_is_left_to_that_hosts_warden(tmp_path, family):
+    now = 1000.0
+    elsewhere = fault("remote", "d1", now - 60, spec={}, on_host=True, host="gpu-host-that-is-not-here.invalid")
+    store = store_with(tmp_path, [elsewhere], [])
+    assert warden.sweep(store, {"check_mode": False}, now, grace=0)["rolled_back"] == []
+    assert family.reverted == []
+
+
+def test_a_failed_sweep_is_logged_and_the_warden_goes_on(tmp_path, monkeypatch):
+    calls = []
+    stop = threading.Event()
+
+    def failing_sweep(*_args):
+        calls.append(1)
+        if len(calls) == 2:
+            stop.set()
+        raise api.GpufleetError("the API server is away")
+
+    monkeypatch.setattr(warden, "sweep", failing_sweep)
+    logged = []
+    warden.run({"ledger_file": str(tmp_path / "l.json")}, 0.01, 0, stop, logged.append)
+    assert len(calls) == 2 and [r["event"] for r in logged] == ["sweep_failed", "sweep_failed"]
+
+
+@pytest.mark.parametrize("interval, grace, field", [(0, 1, "interval"), (-1, 1, "interval"),
+                                                    (float("nan"), 1, "interval"), (5, -1, "grace"),
+                                                    (5, 4000, "grace")])
+def test_bad_settings_name_their_field(tmp_path, interval, grace, field):
+    with pytest.raises(FieldError) as error:
+        warden.run({"ledger_file": str(tmp_path / "l.json")}, interval, grace, threading.Event(), print)
+    assert error.value.field == field
+
+
+def test_once_sweeps_once_and_exits_0(tmp_path, capsys):
+    assert warden.main(["--ledger-file", str(tmp_path / "l.json"), "--once"]) == 0
+    events = capsys.readouterr().out.splitlines()
+    assert '"event": "started"' in events[0] and '"event": "stopped"' in events[-1]
