@@ -2,10 +2,12 @@
 """Benchmark of the remediation loop (issue 8), in a lab of its own (8 GPU nodes, 2 spares).
 
 Prints:
-  * P2, detection -> quarantine, p50/p99 over --reps faults on different nodes:
+  * P2, detection -> quarantine, p50/p99 over --reps faults on different nodes, for each trigger
+    of --sources (alertmanager, node_condition):
       - the agent's fast fence: the agent's fault record -> Slurm DRAIN (reason "... agent fast fence");
-      - the Alertmanager -> ansible-rulebook -> remediate-node.yml path: the fault record -> Slurm DOWN
-        and -> Kubernetes cordon + taint (both observed by polling every 50 ms);
+      - the trigger -> ansible-rulebook -> remediate-node.yml path: the fault record -> Slurm DRAIN
+        with the remediation's reason and -> Kubernetes cordon + taint (both observed by polling
+        every 50 ms);
   * P3, quarantine throughput on --nodes kwok nodes: our quarantine (cordon + taint + annotation in
     one conflict-safe patch, --workers parallel clients) beside `kubectl cordon` of the same nodes
     (one kubectl process, sequential, the floor), and Slurm's DRAIN of the lab's whole host list in
@@ -126,11 +128,13 @@ class Bench:
             raise SystemExit("remediation-reset.yml failed:\n" + result.output[-3000:])
 
     # -- P2 ------------------------------------------------------------------------------------
-    def p2(self, reps):
-        self.self_healing(self_healing_enabled=True, self_healing_throttle_window="5 seconds",
-                          remediation_plans=P2_PLANS, remediation_breaker={"max_percent": 100, "max_nodes": 100})
+    def p2(self, reps, source):
+        """Fault -> Slurm DRAIN and -> cordon + taint, through remediate-node.yml triggered by ``source``."""
+        self.self_healing(self_healing_enabled=True, self_healing_source=source,
+                          self_healing_throttle_window="5 seconds", remediation_plans=P2_PLANS,
+                          remediation_breaker={"max_percent": 100, "max_nodes": 100})
         nodes = ["gpu-a-%03d" % n for n in range(1, 9)]
-        fence, down, cordon = [], [], []
+        fence, drain, cordon = [], [], []
         for rep in range(reps):
             node = nodes[rep % len(nodes)]
             self.reset_state()
@@ -140,14 +144,16 @@ class Bench:
             def watch(node=node, seen=seen, stop=stop):  # pylint: disable=dangerous-default-value
                 while not stop.is_set():
                     state, reason = self.slurm_node(node)
+                    now = time.time()
                     if "fence" not in seen and "DRAIN" in state and "agent fast fence" in reason:
-                        seen["fence"] = time.time()
-                    if "down" not in seen and state.startswith("DOWN") and "remediation" in reason:
-                        seen["down"] = time.time()
+                        seen["fence"] = now
+                    if "drain" not in seen and ("DRAIN" in state or state.startswith("DOWN")) \
+                            and "remediation" in reason:
+                        seen["drain"] = now
                     spec = self.api.read_node(node).spec
                     if "cordon" not in seen and spec.unschedulable and any(
                             t.key == "gpufleet.io/gpu-unhealthy" for t in spec.taints or []):
-                        seen["cordon"] = time.time()
+                        seen["cordon"] = now
                     time.sleep(POLL)
 
             watcher = threading.Thread(target=watch, daemon=True)
@@ -156,21 +162,29 @@ class Bench:
             self.fakegpu(node, "xid", "--gpu", "1", "--xid", "79")
             detected = self.wait(lambda node=node, injected=injected: self.journal_fault_time(node, injected - 1),
                                  30, "the agent's fault record")
-            self.wait(lambda seen=seen: {"fence", "down", "cordon"} <= set(seen), 120, "fence, DOWN and cordon")
+            self.wait(lambda seen=seen: {"fence", "drain", "cordon"} <= set(seen), 120, "fence, DRAIN and cordon")
             stop.set()
             watcher.join(5)
             fence.append(seen["fence"] - detected)
-            down.append(seen["down"] - detected)
+            drain.append(seen["drain"] - detected)
             cordon.append(seen["cordon"] - detected)
-            print("  rep %d %s: detect %.2f s after injection; fast fence +%.2f s, EDA DOWN +%.2f s, cordon +%.2f s"
-                  % (rep + 1, node, detected - injected, fence[-1], down[-1], cordon[-1]), flush=True)
+            print("  rep %d %s %s: detect %.2f s after injection; fast fence +%.2f s, remediation DRAIN +%.2f s, "
+                  "cordon + taint +%.2f s" % (rep + 1, source, node, detected - injected, fence[-1], drain[-1],
+                                              cordon[-1]), flush=True)
             # Let the remediation finish before the node is healed (its record phase).
-            time.sleep(3)
+            self.wait(lambda node=node, injected=injected: self.finished_since(node, injected), 120,
+                      "the remediation's audit record")
             self.heal(node)
-        print("P2 fast fence (agent fault -> Slurm DRAIN):      " + summary(fence))
-        print("P2 EDA path   (agent fault -> Slurm DOWN):       " + summary(down))
-        print("P2 EDA path   (agent fault -> cordon + taint):   " + summary(cordon))
+        print("P2 %-14s agent fast fence (fault -> Slurm DRAIN):   %s" % (source, summary(fence)))
+        print("P2 %-14s remediation (fault -> Slurm DRAIN, ours):  %s" % (source, summary(drain)))
+        print("P2 %-14s remediation (fault -> cordon + taint):     %s" % (source, summary(cordon)))
         self.self_healing(self_healing_enabled=False)
+
+    def finished_since(self, node, since):
+        audit = self.lab.lab_dir / "remediation" / "audit.jsonl"
+        lines = audit.read_text().splitlines() if audit.exists() else []
+        return any(record["node"] == node and record["started_at"] >= since - 1
+                   for record in map(json.loads, lines))
 
     # -- module runs ---------------------------------------------------------------------------
     def runs(self, tree, node):
@@ -310,6 +324,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p2,p3,p4,runs")
     parser.add_argument("--before", type=Path, help="a checkout to count the module runs of too (runs)")
+    parser.add_argument("--sources", default="alertmanager,node_condition",
+                        help="the self-healing triggers P2 measures, comma-separated")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     variables = dict(BENCH_VARS, health_agent_fast_fence=True, self_healing_enabled=False)
@@ -326,7 +342,8 @@ def main() -> None:
         if "runs" not in skip:
             bench.module_runs(args.before)
         if "p2" not in skip:
-            bench.p2(args.reps)
+            for source in args.sources.split(","):
+                bench.p2(args.reps, source)
         if "p4" not in skip:
             bench.p4(LAB_DIR / "bench-job")
         if "p3" not in skip:

@@ -80,14 +80,14 @@ def test_dry_run_and_check_mode_change_nothing(fleet):
     node = fleet.active_nodes()[1]
     inject(fleet.lab, node, 79)
     try:
-        before = fleet.snapshot()
+        before, audit_before = fleet.snapshot(), fleet.audit(node)
         dry = fleet.remediate(node, remediation_dry_run=True)
         assert dry.rc == 0, dry.output[-3000:]
         assert "plan RESTART_BM" in dry.output
         check = fleet.lab.playbook("remediate-node.yml", "--check", extra={"remediation_node": node})
         assert check.rc == 0, check.output[-3000:]
         assert fleet.snapshot() == before
-        assert fleet.audit(node) == []
+        assert fleet.audit(node) == audit_before  # no record written (a kept lab may hold older ones)
     finally:
         fleet.heal(node)
 
@@ -185,6 +185,26 @@ def test_opt_out_label_stops_after_the_fence_and_notifies_without_a_drain(fleet)
         ]
         assert "GpuRemediationOptedOut" in reasons
     finally:
+        fleet.heal(node)
+
+
+def test_a_fault_for_support_is_fenced_and_held_for_a_human(fleet):
+    """CONTACT_SUPPORT: fence, notify, jobs, DOWN, then the hold phase labels the node and records
+    its own phase (remediation_record state=alerted with `progress`)."""
+    node = fleet.active_nodes()[0]
+    api = fleet.lab.kube()
+    try:
+        run = fleet.remediate(node, remediation_fault={"action": "CONTACT_SUPPORT", "xid": 95, "gpu_index": 1})
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["plan"]["name"] == "CONTACT_SUPPORT", record
+        timeline = {step["phase"]: step["outcome"] for step in record["timeline"]}
+        assert list(timeline) == ["fence", "notify", "jobs", "down", "hold", "record"]
+        assert timeline["hold"]["label"] == "gpufleet.io/remediation-hold=true" and timeline["hold"]["why"]
+        assert fleet.kube_node(node)["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
+        assert fleet.slurm_node(node)["State"].startswith("DOWN")
+    finally:
+        api.patch_node(node, {"metadata": {"labels": {"gpufleet.io/remediation-hold": None}}})
         fleet.heal(node)
 
 

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.pl
 PHASES_YML = Path(__file__).resolve().parents[3] / "roles" / "remediation" / "tasks" / "phases.yml"
 GUARD = re.compile(r"^'([a-z_]+)' in remediation__todo$")
 PROGRESS = "gpufleet.resilience.remediation_progress"
+PHASE_IN_PROGRESS = re.compile(r"'phase': '([a-z_]+)'")
 
 
 def tasks_in(block: List[Any]) -> Iterator[dict]:
@@ -42,8 +43,9 @@ def phase_blocks() -> List[tuple]:
                     continue
                 if action == PROGRESS:
                     recorded.add(args["phase"])
-                elif isinstance(args.get("progress"), dict):
-                    recorded.add(args["progress"]["phase"])
+                elif "progress" in args:
+                    # remediation__progress | combine({'phase': '<phase>', ...}): the phase is a literal.
+                    recorded.update(PHASE_IN_PROGRESS.findall(str(args["progress"])))
         blocks.append((guard.group(1), recorded))
     return blocks
 
