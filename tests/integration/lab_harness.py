@@ -47,6 +47,9 @@ TEST_LAB_VARS = {
     # Self-healing acts on injected faults; the tests that inject them for other reasons must not
     # see their nodes remediated. tests/integration/remediation turns it on where it is tested.
     "self_healing_enabled": False,
+    # The agents' fast fence is an acting path too (Slurm DRAIN on a fatal verdict), on by default in
+    # the lab: off here for the same reason. Its own tests turn it on (agent/test_agent_resilience.py).
+    "health_agent_fast_fence": False,
     # Alerts that wait minutes on a real site fire at once here, so the tests see them.
     "monitoring_alert_for": {"GpuNodeDegraded": "0s", "GpuThermalSlowdown": "0s", "GpuRowRemapPending": "0s"},
     "gpufleet_node_pools": [{
