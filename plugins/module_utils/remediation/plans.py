@@ -12,7 +12,7 @@ The table follows NVIDIA's XID catalog buckets (DESIGN section 5), proportionate
 * ``RESTART_FM`` (XID 45 alone): fence, restart the fabric manager, verify, resume.
 * ``RESTART_APP`` (XID 13, 31, ...): the application's fault, not the node's; notify (and requeue
   the node's jobs only where a site puts ``jobs`` in this plan).
-* ``CONTACT_SUPPORT``/``DECODE``: fence and hold the node for a human.
+* ``CONTACT_SUPPORT``/``DECODE``: fence and quarantine first, then hold the node for a human.
 * ``IGNORE``: count it; nothing else.
 
 Two plans are not catalog actions: ``HOLD`` (escalation: the node was remediated too often, or the
@@ -58,7 +58,7 @@ BREAKER_OPEN_MAY = frozenset(("fence",))
 
 _REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record")
 _RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "reset_gpu", "verify", "resume", "record")
-_HOLD = ("fence", "notify", "jobs", "down", "hold", "record")
+_HOLD = ("fence", "quarantine", "notify", "jobs", "down", "hold", "record")
 
 DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "RESTART_BM": _REPLACE,
@@ -83,10 +83,10 @@ INTENTS = {
     "DRAIN_AND_RESET": _RESET_INTENT,
     "RESTART_FM": "fence it, restart the fabric manager and put the node back in service",
     "RESTART_APP": "nothing on the node: the application's fault (its job restarts by itself)",
-    "CONTACT_SUPPORT": "fence it and hold it for a human (the catalog asks for support)",
-    "DECODE": "fence it and hold it for a human (the error needs its registers decoded)",
+    "CONTACT_SUPPORT": "fence and quarantine it and hold it for a human (the catalog asks for support)",
+    "DECODE": "fence and quarantine it and hold it for a human (the error needs its registers decoded)",
     "IGNORE": "nothing: the catalog says to ignore it",
-    "HOLD": "fence it and hold it for a human: it was remediated too often, or the fault came back",
+    "HOLD": "fence and quarantine it and hold it for a human: it was remediated too often, or the fault came back",
     "BREAKER_OPEN": "fence it in Slurm only (no new work): the circuit breaker is open, too many nodes are in "
                     "remediation",
 }

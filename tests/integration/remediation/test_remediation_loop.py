@@ -189,8 +189,8 @@ def test_opt_out_label_stops_after_the_fence_and_notifies_without_a_drain(fleet)
 
 
 def test_a_fault_for_support_is_fenced_and_held_for_a_human(fleet):
-    """CONTACT_SUPPORT: fence, notify, jobs, DOWN, then the hold phase labels the node and records
-    its own phase (remediation_record state=alerted with `progress`)."""
+    """CONTACT_SUPPORT: fenced and quarantined first, notify, jobs, DOWN, then the hold phase labels
+    the node and records its own phase (remediation_record state=alerted with `progress`)."""
     node = fleet.active_nodes()[0]
     api = fleet.lab.kube()
     try:
@@ -199,9 +199,11 @@ def test_a_fault_for_support_is_fenced_and_held_for_a_human(fleet):
         record = fleet.audit(node)[-1]
         assert record["plan"]["name"] == "CONTACT_SUPPORT", record
         timeline = {step["phase"]: step["outcome"] for step in record["timeline"]}
-        assert list(timeline) == ["fence", "notify", "jobs", "down", "hold", "record"]
+        assert list(timeline) == ["fence", "quarantine", "notify", "jobs", "down", "hold", "record"]
         assert timeline["hold"]["label"] == "gpufleet.io/remediation-hold=true" and timeline["hold"]["why"]
-        assert fleet.kube_node(node)["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
+        kube = fleet.kube_node(node)
+        assert kube["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
+        assert kube["spec"]["unschedulable"]  # quarantined: no new pod while it waits for a human
         assert fleet.slurm_node(node)["State"].startswith("DOWN")
     finally:
         api.patch_node(node, {"metadata": {"labels": {"gpufleet.io/remediation-hold": None}}})
