@@ -94,15 +94,15 @@ def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = No
     client = slurm_client() if params.get("fence") is not None and slurm_client is not None else None
     if client is not None:
         # Before anything is written: slurmctld answers and knows the node (FUTURE included: a
-        # node a crashed run already retired). Unknown, it fails naming the node, and no claim is made.
-        check_node_name(params["node"], "node")
+        # node a crashed run already retired). Unknown, it fails naming the node, and no claim is
+        # made. (store_from has checked the name already.)
         client.nodes([params["node"]], future=True, with_jobs=False)
     result = store.start(params["node"], dict(params.get("trigger") or {}), now, params.get("fault"))
     result["changed"] = bool(not result.get("skip") and not check_mode)
     result["first"] = {}
     if client is not None and not result.get("skip"):
         try:
-            result = act_first(params, result, check_mode, client)
+            result = act_first(params, result, check_mode, client, store.core_v1)
         except GpufleetError as exc:
             # The claim is made: the failure names the remediation, so that the playbook records it
             # there and its next try resumes it.

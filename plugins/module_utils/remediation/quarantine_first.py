@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import (
     DEFAULT_TAINT_KEY,
@@ -27,11 +26,13 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence im
 FIRST_PHASES = ("fence", "quarantine")
 
 
-def act_first(params: Mapping[str, Any], started: Dict[str, Any], check_mode: bool, slurm: Any) -> Dict[str, Any]:
+def act_first(params: Mapping[str, Any], started: Dict[str, Any], check_mode: bool, slurm: Any,
+              core: Any) -> Dict[str, Any]:
     """Run the pending fence and quarantine that head ``started['pending']``; return ``started``
     with ``pending`` and ``first`` (what was done, per phase) brought up to date.
 
-    ``slurm`` is the module's Slurm client (its runner is in check mode when the module is)."""
+    ``slurm`` is the module's Slurm client (its runner is in check mode when the module is);
+    ``core`` the remediation store's CoreV1Api, reused for the quarantine's node edit."""
     node, remediation_id = params["node"], started["id"]
     fence = params.get("fence") or {}
     progress = {"remediation_id": remediation_id, "namespace": params.get("namespace") or "gpufleet-system",
@@ -46,8 +47,7 @@ def act_first(params: Mapping[str, Any], started: Dict[str, Any], check_mode: bo
         else:
             want = QuarantineSpec(taint_key=fence.get("taint_key") or DEFAULT_TAINT_KEY,
                                   reason=started["slurm_reason"], remediation_id=remediation_id)
-            writer = NodeWriter(core_v1(params.get("kubeconfig"), params.get("context"), kube_timeouts(params)))
-            result = quarantine_node(writer, node, "present", want, check_mode=check_mode)
+            result = quarantine_node(NodeWriter(core), node, "present", want, check_mode=check_mode)
             outcome = {"changed": bool(result.get("changed"))}
         recorded = record(dict(progress, phase=phase), node, outcome, check_mode)
         done[phase] = outcome
