@@ -907,8 +907,9 @@ static long long now_us(void)
 
 /*
  * Wait for a pending event: inotify on events/ says when to rescan the directory, so an idle
- * waiter costs nothing. The directory is also rescanned every 100 ms in case the inotify queue
- * overflowed or events/ was replaced, and every 2 ms when inotify is unavailable (fd limits).
+ * waiter costs nothing. The directory is also rescanned every second in case the inotify queue
+ * overflowed or events/ was replaced (rare: a tighter rescan only burns the agent's CPU, which is
+ * what bench/agent.py p5 measures), and every 2 ms when inotify is unavailable (fd limits).
  */
 EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
@@ -929,7 +930,7 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
         if (left_us <= 0)
             return NVML_ERROR_TIMEOUT;
         if (set->inotify_fd >= 0) {
-            long long nap_ms = (left_us < 100000 ? left_us + 999 : 100000) / 1000;
+            long long nap_ms = (left_us < 1000000 ? left_us + 999 : 1000000) / 1000;
             struct pollfd pfd = {set->inotify_fd, POLLIN, 0};
             char buf[4096];
             if (poll(&pfd, 1, (int)nap_ms) > 0)

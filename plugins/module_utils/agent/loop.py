@@ -60,10 +60,11 @@ NVML_RETRY_S = 5.0
 # A snapshot failing this many times in a row turns the condition Unknown.
 SNAPSHOT_FAILURES_UNKNOWN = 3
 LOST_EVENT_MARK = "NVML_ERROR_GPU_IS_LOST"
-# NVLink error counters are read on every 10th snapshot: they are 4 NVML calls per link (576 a
-# second for 8 GPUs x 18 links, most of the agent's CPU) and their alert looks at 10 minutes.
-# Link state (up/down) is read on every snapshot.
-NVLINK_COUNTERS_EVERY = 10
+# NVLinks (state and error counters) are read on every 10th snapshot: they are 5 NVML calls per
+# link (720 a second for 8 GPUs x 18 links, most of the agent's CPU), their counters' alert looks
+# at 10 minutes, and a link that goes down is non-fatal (RESET_GPU) and raises XID 74 at once,
+# which the event path sees without waiting for a snapshot.
+NVLINKS_EVERY = 10
 # The fault journal is rewritten at once for an XID, but at most this often (an XID storm): a
 # change within it is written on the next snapshot tick. A kernel-log position alone (lines
 # without an XID) waits for the next write, or POSITION_EVERY_S.
@@ -74,20 +75,12 @@ POSITION_EVERY_S = 10.0
 FAULT_JOURNAL_RETRY_S = 30.0
 
 
-def with_previous_counters(snapshots: List[GpuSnapshot], previous: List[GpuSnapshot]) -> List[GpuSnapshot]:
-    """Fill the NVLink error counters a light snapshot did not read from the last full one."""
-    links_before = {(snap.index, link.link): link for snap in previous for link in snap.nvlinks}
-    merged = []
-    for snap in snapshots:
-        links = []
-        for link in snap.nvlinks:
-            before = links_before.get((snap.index, link.link))
-            if before is not None and link.crc_flit_errors is None:
-                link = replace(link, crc_flit_errors=before.crc_flit_errors, crc_data_errors=before.crc_data_errors,
-                               replay_errors=before.replay_errors, recovery_errors=before.recovery_errors)
-            links.append(link)
-        merged.append(replace(snap, nvlinks=tuple(links)))
-    return merged
+def with_previous_nvlinks(snapshots: List[GpuSnapshot], previous: List[GpuSnapshot]) -> List[GpuSnapshot]:
+    """Give each GPU of a light snapshot (no NVLink read) the links of its last full one; a GPU
+    lost now, or lost or absent then, keeps none."""
+    links_before = {snap.index: snap.nvlinks for snap in previous if not snap.lost}
+    return [snap if snap.lost or snap.index not in links_before else replace(snap, nvlinks=links_before[snap.index])
+            for snap in snapshots]
 
 
 class Agent:
@@ -342,9 +335,9 @@ class Agent:
             if self._reader is None:
                 return
         started = time.monotonic()
-        counters = self._snapshots_taken % NVLINK_COUNTERS_EVERY == 0
+        full = self._snapshots_taken % NVLINKS_EVERY == 0
         try:
-            snapshots = self._reader.snapshot(nvlink_counters=counters)
+            snapshots = self._reader.snapshot(nvlinks=full)
         except Exception as exc:  # NvmlError: keep the last good snapshot
             self._snapshot_failures += 1
             self.count_error("nvml", "snapshot: %s" % exc)
@@ -358,8 +351,8 @@ class Agent:
         self._snapshots_taken += 1
         now = self.clock()
         with self._lock:
-            if not counters:
-                snapshots = with_previous_counters(snapshots, self.state.snapshots)
+            if not full:
+                snapshots = with_previous_nvlinks(snapshots, self.state.snapshots)
             records = self.state.set_snapshots(snapshots, now)
             self.view.up = True
             self.view.loop_lag = lag

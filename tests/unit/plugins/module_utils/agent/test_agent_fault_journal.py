@@ -57,7 +57,7 @@ class FakeReader:
     def watch_xids(self):
         return None
 
-    def snapshot(self, nvlink_counters=True):
+    def snapshot(self, nvlinks=True):
         return [GpuSnapshot(index=i, uuid=uuid, pci_bus_id=PCI[i], temperature_c=40)
                 for i, uuid in enumerate(self.uuids)]
 
