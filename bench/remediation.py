@@ -10,8 +10,11 @@ Prints:
         every 50 ms);
   * P3, quarantine throughput on --nodes kwok nodes: our quarantine (cordon + taint + annotation in
     one conflict-safe patch, --workers parallel clients) beside `kubectl cordon` of the same nodes
-    (one kubectl process, sequential, the floor), and Slurm's DRAIN of the lab's whole host list in
-    one `scontrol update`;
+    (one kubectl process, sequential, the floor), with --draino BIN beside draino on the same nodes
+    (GpuHealthy=False set on all of them, then draino started: nodes cordoned within
+    --draino-seconds), and Slurm's DRAIN of the lab's whole host list in one `scontrol update`.
+    draino (planetlabs/draino, Apache-2.0) is never part of this repository: build it elsewhere,
+    for example into /tmp/draino-bin, with cordon on the given conditions and the drain skipped;
   * P4, injection -> job resumed, with 0 s simulated boot: train_sim runs on a node, XID 79 is
     injected, until the job runs again on another node and has printed its resume line; with the
     time of each phase from the audit record.
@@ -22,6 +25,7 @@ Prints:
 Machines here are shared and have 2 cores: the figures are a run's, not a promise; the ratios
 (ours vs kubectl) are measured side by side in the same run.
 Run: .venv/bin/python bench/remediation.py [--reps 5] [--nodes 1000] [--workers 8] [--before DIR]
+         [--draino /tmp/draino-bin] [--draino-seconds 120]
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ class Bench:
             self.reset_state()
 
     # -- P3 ------------------------------------------------------------------------------------
-    def p3(self, count, workers):
+    def p3(self, count, workers, draino=None, draino_seconds=120):
         scale_nodes(self.lab, count)
         names = sorted(n.metadata.name for n in self.api.list_node(label_selector="gpufleet.io/pool").items
                        if n.metadata.name.startswith("scale"))
@@ -276,8 +280,55 @@ class Bench:
         took_slurm = time.monotonic() - began
         self.lab.slurm("scontrol", "update", "NodeName=%s" % hostlist, "State=RESUME")
         print("P3 Slurm: DRAIN of %s (8 nodes, the lab's size) in one scontrol update: %.3f s" % (hostlist, took_slurm))
+        if draino is not None:
+            self.p3_draino(draino, names, workers, changed / took, draino_seconds)
         for name in names:
             self.api.delete_node(name)
+
+    def p3_draino(self, draino, names, workers, ours_rate, seconds):
+        """draino on the same nodes: uncordoned, GpuHealthy=False on each, then draino started; the
+        nodes it has cordoned are counted once a second for ``seconds``."""
+        apis = [core_v1(str(self.lab.kubeconfig)) for _index in range(workers)]
+        condition = {"type": "GpuHealthy", "status": "False", "reason": "GpuFatal", "message": "bench",
+                     "lastHeartbeatTime": None, "lastTransitionTime": None}
+
+        def prepare(index_name):
+            index, name = index_name
+            api = apis[index % workers]
+            api.patch_node(name, {"spec": {"unschedulable": None}})
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            api.patch_node_status(name, {"status": {"conditions": [
+                dict(condition, lastHeartbeatTime=stamp, lastTransitionTime=stamp)]}})
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(prepare, enumerate(names)))
+        pools = sorted({n.metadata.labels["gpufleet.io/pool"] for n in self.api.list_node().items
+                        if n.metadata.name in set(names)})
+        expression = 'metadata.labels["gpufleet.io/pool"] in [%s]' % ", ".join('"%s"' % p for p in pools)
+        log = open(self.lab.lab_dir / "draino.log", "wb")  # noqa: SIM115 - closed below
+        began = time.monotonic()
+        process = subprocess.Popen([str(draino), "--kubeconfig", str(self.lab.kubeconfig), "--node-label-expr",
+                                    expression, "GpuHealthy=False"], stdout=log, stderr=subprocess.STDOUT)
+        wanted = set(names)
+        cordoned, took = 0, 0.0
+        try:
+            while time.monotonic() - began < seconds:
+                time.sleep(1.0)
+                cordoned = sum(1 for n in self.api.list_node(label_selector="gpufleet.io/pool").items
+                               if n.metadata.name in wanted and n.spec.unschedulable)
+                took = time.monotonic() - began
+                if cordoned == len(names) or process.poll() is not None:
+                    break
+        finally:
+            process.terminate()
+            process.wait(10)
+            log.close()
+        rate = cordoned / took if took else 0.0
+        print("P3 draino (cordon only, its own client-go defaults): %d of %d nodes cordoned %.1f s after it started "
+              "= %.1f nodes/s (ours/draino: %.0fx)%s"
+              % (cordoned, len(names), took, rate, ours_rate / rate if rate else float("inf"),
+                 "" if process.returncode in (None, 0, -15) else "; draino exited %s, see %s"
+                 % (process.returncode, self.lab.lab_dir / "draino.log")))
 
     # -- P4 ------------------------------------------------------------------------------------
     def p4(self, workdir):
@@ -324,6 +375,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: p2,p3,p4,runs")
     parser.add_argument("--before", type=Path, help="a checkout to count the module runs of too (runs)")
+    parser.add_argument("--draino", type=Path, help="a draino binary to run beside ours in P3 (built outside the repo)")
+    parser.add_argument("--draino-seconds", type=float, default=120.0, help="how long P3 gives draino")
     parser.add_argument("--sources", default="alertmanager,node_condition",
                         help="the self-healing triggers P2 measures, comma-separated")
     args = parser.parse_args()
@@ -347,7 +400,7 @@ def main() -> None:
         if "p4" not in skip:
             bench.p4(LAB_DIR / "bench-job")
         if "p3" not in skip:
-            bench.p3(args.nodes, args.workers)
+            bench.p3(args.nodes, args.workers, args.draino, args.draino_seconds)
     finally:
         lab.playbook("lab-down.yml")
         left = lab_processes(LAB_DIR)
