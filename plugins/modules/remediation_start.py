@@ -25,6 +25,7 @@ description:
     the plan's leading C(fence) (Slurm C(DRAIN) with the remediation's reason) and C(quarantine) (cordon and
     taint) are done and recorded, so no new work lands on the node while the remediation notifies, checks the
     opt-out and lets the jobs checkpoint. The breaker's own plan (V(BREAKER_OPEN)) fences in Slurm only.
+  - With O(notify) too, the C(notify) phase that follows is done and recorded in the same run.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -101,6 +102,26 @@ options:
         description: Key of the quarantine taint (effect C(NoSchedule)).
         type: str
         default: gpufleet.io/gpu-unhealthy
+  notify:
+    description:
+      - Also do the C(notify) phase in this run when it comes next after the fence and quarantine, as
+        M(gpufleet.resilience.remediation_record) O(remediation_record#module:state=notified) would
+        (Kubernetes Event and webhook), and record it: one module run fewer before the jobs are signalled.
+      - Omitted, C(notify) is left pending for the playbook.
+      - A webhook or Event that cannot be posted is a warning, not a failure.
+    type: dict
+    suboptions:
+      webhook_url:
+        description: Slack-compatible webhook URL; none, no post.
+        type: str
+      event:
+        description: Also create a Kubernetes Event on the node.
+        type: bool
+        default: true
+      timeout:
+        description: Seconds the webhook post may take.
+        type: float
+        default: 10
   kubeconfig:
     description: Kubeconfig file; omit for the in-cluster service account.
     type: path
@@ -162,7 +183,8 @@ slurm_reason:
   returned: unless skipped
 first:
   description:
-    - With O(fence), the outcome of each phase this run did (V(fence), V(quarantine)), as recorded; else empty.
+    - With O(fence) and O(notify), the outcome of each phase this run did (V(fence), V(quarantine), V(notify)), as
+      recorded; else empty.
   type: dict
   returned: always
   sample: {fence: {action: drain, changed: true, reason: "gpufleet: Xid79 GPU 3", foreign_reason: null},
@@ -205,6 +227,11 @@ def argspec():
             timeout=dict(type="float", default=15),
             taint_key=dict(type="str", default="gpufleet.io/gpu-unhealthy", no_log=False),
         )),
+        notify=dict(type="dict", options=dict(
+            webhook_url=dict(type="str", no_log=True),
+            event=dict(type="bool", default=True),
+            timeout=dict(type="float", default=10),
+        )),
         kubeconfig=dict(type="path"),
         context=dict(type="str"),
         **timeout_argspec(),
@@ -225,6 +252,8 @@ def main():
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
         module.fail_json(msg=str(exc), id=getattr(exc, "remediation_id", None), **details)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

@@ -108,6 +108,9 @@ def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = No
             # there and its next try resumes it.
             exc.remediation_id = result["id"]
             raise
+    result["warnings"] = []
+    if params.get("notify") is not None and not result.get("skip") and (result.get("pending") or [])[:1] == ["notify"]:
+        result = tell_first(params, result, check_mode, now)
     breaker = (result.get("decisions") or {}).get("breaker")
     result["alerts"] = []
     if breaker and not breaker["granted"] and params.get("alertmanager_url") and not check_mode:
@@ -115,6 +118,27 @@ def start(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = No
         notify.post_alerts(params["alertmanager_url"], [alert])
         result["alerts"].append(alert["labels"]["alertname"])
     return result
+
+
+_KUBE_PARAMS = ("namespace", "kubeconfig", "context", "kube_connect_timeout", "kube_read_timeout")
+
+
+def tell_first(params: Mapping[str, Any], started: Dict[str, Any], check_mode: bool, now: float) -> Dict[str, Any]:
+    """The notify phase right after the fence and quarantine, in the run that did them (one module
+    run fewer before the jobs are signalled): what remediation_record state=notified does, recorded
+    as the phase's outcome. A webhook or Event that fails is a warning, as it is there."""
+    tell = params["notify"]
+    kube = {key: params.get(key) for key in _KUBE_PARAMS if params.get(key) is not None}
+    told = record(dict(kube, state="notified", node=params["node"], remediation_id=started["id"],
+                       webhook_url=tell.get("webhook_url"), event=tell.get("event", True),
+                       timeout=tell.get("timeout") or 10.0), check_mode, now)
+    outcome = {"message": told["text"], "warnings": told["warnings"]}
+    progress = dict(kube, remediation_id=started["id"], phase="notify")
+    recorded = record_phase(dict(progress, node=params["node"], outcome=outcome), check_mode, now)
+    started["pending"] = list(recorded["pending"]) if recorded and not check_mode else started["pending"][1:]
+    started["first"]["notify"] = {"changed": bool(told["changed"])}
+    started["warnings"].extend(told["warnings"])
+    return started
 
 
 def record_phase(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
