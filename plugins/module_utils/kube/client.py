@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import urllib.parse
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -112,13 +111,14 @@ def kube_timeouts(params: Mapping[str, Any]) -> Tuple[float, float]:
     return found[0], found[1]
 
 
-def _watch_read_timeout(url: str, read: float) -> Optional[float]:
-    """For a watch call (``watch=true`` in the query), its read timeout; None for any other call."""
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
-    if (query.get("watch") or [""])[0].lower() not in ("true", "1"):
+def _watch_read_timeout(query_params: Any, read: float) -> Optional[float]:
+    """For a watch call (``watch=true`` in the query: the (name, value) pairs the generated API
+    methods hand ``call_api``), its read timeout; None for any other call."""
+    query = {name: str(value) for name, value in (query_params or [])}
+    if query.get("watch", "").lower() not in ("true", "1"):
         return None
     try:
-        server_side = float((query.get("timeoutSeconds") or [""])[0])
+        server_side = float(query.get("timeoutSeconds", ""))
     except ValueError:
         server_side = WATCH_SERVER_MAX
     return max(read, server_side + WATCH_READ_MARGIN)
@@ -179,15 +179,16 @@ if k8s_client is not None:
 
         default_timeout: Tuple[float, float] = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
 
-        def call_api(self, method, url, *args, **kwargs):  # pylint: disable=arguments-differ
+        def call_api(self, resource_path, method, path_params=None, query_params=None, *args,
+                     **kwargs):  # pylint: disable=arguments-differ,keyword-arg-before-vararg
             timeout = kwargs.get("_request_timeout")
             if not timeout:
                 connect, read = self.default_timeout
-                watch_read = _watch_read_timeout(url, read)
+                watch_read = _watch_read_timeout(query_params, read)
                 timeout = (connect, read if watch_read is None else watch_read)
                 kwargs["_request_timeout"] = timeout
             try:
-                return super().call_api(method, url, *args, **kwargs)
+                return super().call_api(resource_path, method, path_params, query_params, *args, **kwargs)
             except NoAnswer:
                 raise
             except TransportError as exc:

@@ -121,7 +121,9 @@ def test_defaults_are_set_on_every_call_and_a_watch_reads_longer(tmp_path, monke
     seen = []
 
     def request(method, url, **kwargs):
-        seen.append((url, kwargs.get("_request_timeout")))
+        query = "&".join("%s=%s" % (name, str(value).lower() if isinstance(value, bool) else value)
+                         for name, value in kwargs.get("query_params") or [])
+        seen.append((url + ("?" + query if query else ""), kwargs.get("_request_timeout")))
         raise TransportError("stop here")
 
     monkeypatch.setattr(api.api_client.rest_client, "request", request)
