@@ -47,7 +47,9 @@ def token_api(lab, token: str) -> client.ApiClient:
     configuration = client.Configuration()
     configuration.host = cluster["server"]
     configuration.ssl_ca_cert = cluster["certificate-authority"]
-    configuration.api_key = {"authorization": "Bearer " + token}
+    # The generated client's auth setting for a bearer token is named BearerToken.
+    configuration.api_key = {"BearerToken": token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
     return client.ApiClient(configuration)
 
 
