@@ -105,8 +105,8 @@ options:
   notify:
     description:
       - Also do the C(notify) phase in this run when it comes next after the fence and quarantine, as
-        M(gpufleet.resilience.remediation_record) O(remediation_record#module:state=notified) would
-        (Kubernetes Event and webhook), and record it: one module run fewer before the jobs are signalled.
+        M(gpufleet.resilience.remediation_record) does with C(state=notified) (Kubernetes Event and webhook),
+        and record it. That is one module run fewer before the jobs are signalled.
       - Omitted, C(notify) is left pending for the playbook.
       - A webhook or Event that cannot be posted is a warning, not a failure.
     type: dict
