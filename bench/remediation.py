@@ -307,8 +307,9 @@ class Bench:
         expression = 'metadata.labels["gpufleet.io/pool"] in [%s]' % ", ".join('"%s"' % p for p in pools)
         log = open(self.lab.lab_dir / "draino.log", "wb")  # noqa: SIM115 - closed below
         began = time.monotonic()
+        # draino reads each condition as TYPE=STATUS,DURATION (its parser indexes the duration).
         process = subprocess.Popen([str(draino), "--kubeconfig", str(self.lab.kubeconfig), "--node-label-expr",
-                                    expression, "GpuHealthy=False"], stdout=log, stderr=subprocess.STDOUT)
+                                    expression, "GpuHealthy=False,0s"], stdout=log, stderr=subprocess.STDOUT)
         wanted = set(names)
         cordoned, took = 0, 0.0
         try:
