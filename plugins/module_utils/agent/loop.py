@@ -49,7 +49,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_pub
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import serve as metrics_server
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.node_state import HealthEvent, NodeState
-from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import GpuSnapshot, XidEvent
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import build_thresholds
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.agent_client import agent_api
@@ -60,11 +60,13 @@ NVML_RETRY_S = 5.0
 # A snapshot failing this many times in a row turns the condition Unknown.
 SNAPSHOT_FAILURES_UNKNOWN = 3
 LOST_EVENT_MARK = "NVML_ERROR_GPU_IS_LOST"
-# NVLinks (state and error counters) are read on every 10th snapshot: they are 5 NVML calls per
-# link (720 a second for 8 GPUs x 18 links, most of the agent's CPU), their counters' alert looks
-# at 10 minutes, and a link that goes down is non-fatal (RESET_GPU) and raises XID 74 at once,
-# which the event path sees without waiting for a snapshot.
-NVLINKS_EVERY = 10
+# The slow fields (NVLink states and error counters, aggregate ECC counts) are read on every 30th
+# snapshot, and on the first after any XID, and carried over by the reader in between. NVLinks are 5
+# NVML calls per link (720 for 8 GPUs x 18 links, most of the agent's CPU); their counters' alert
+# looks at 10 minutes and fires after 5; a link that fails raises XID 74 (and a flapping one XIDs
+# 144-150), which the event path sees at once and which makes the next snapshot a full one; and no
+# verdict reads the aggregate ECC counts (the volatile ones are read every second).
+FULL_EVERY = 30
 # The fault journal is rewritten at once for an XID, but at most this often (an XID storm): a
 # change within it is written on the next snapshot tick. A kernel-log position alone (lines
 # without an XID) waits for the next write, or POSITION_EVERY_S.
@@ -73,14 +75,6 @@ POSITION_EVERY_S = 10.0
 # After a failed write (a full or read-only disk) the snapshot tick retries this much later, so the
 # error is counted and logged every 30 s, not every second.
 FAULT_JOURNAL_RETRY_S = 30.0
-
-
-def with_previous_nvlinks(snapshots: List[GpuSnapshot], previous: List[GpuSnapshot]) -> List[GpuSnapshot]:
-    """Give each GPU of a light snapshot (no NVLink read) the links of its last full one; a GPU
-    lost now, or lost or absent then, keeps none."""
-    links_before = {snap.index: snap.nvlinks for snap in previous if not snap.lost}
-    return [snap if snap.lost or snap.index not in links_before else replace(snap, nvlinks=links_before[snap.index])
-            for snap in snapshots]
 
 
 class Agent:
@@ -107,6 +101,7 @@ class Agent:
         self._nvml_error: Optional[str] = None
         self._snapshot_failures = 0
         self._snapshots_taken = 0
+        self._full_next = True  # the next snapshot reads the slow fields too
         self._stop_flag = False
         self._threads_stop = threading.Event()
         self._publisher: Optional[KubePublisher] = None
@@ -307,6 +302,7 @@ class Agent:
         kind = item[0]
         if kind == "xid":
             events: List[XidEvent] = item[1]
+            self._full_next = True
             with self._lock:
                 self.view.xid_events[item[2]] = self.view.xid_events.get(item[2], 0) + len(events)
                 records = self.state.add_events(events, self.clock())
@@ -335,9 +331,9 @@ class Agent:
             if self._reader is None:
                 return
         started = time.monotonic()
-        full = self._snapshots_taken % NVLINKS_EVERY == 0
+        full = self._full_next or self._snapshots_taken % FULL_EVERY == 0
         try:
-            snapshots = self._reader.snapshot(nvlinks=full)
+            snapshots = self._reader.snapshot(full=full)
         except Exception as exc:  # NvmlError: keep the last good snapshot
             self._snapshot_failures += 1
             self.count_error("nvml", "snapshot: %s" % exc)
@@ -349,10 +345,10 @@ class Agent:
             return
         self._snapshot_failures = 0
         self._snapshots_taken += 1
+        if full:
+            self._full_next = False
         now = self.clock()
         with self._lock:
-            if not full:
-                snapshots = with_previous_nvlinks(snapshots, self.state.snapshots)
             records = self.state.set_snapshots(snapshots, now)
             self.view.up = True
             self.view.loop_lag = lag

@@ -37,7 +37,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
     XidEvent,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import with_identity
-from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import describe, evaluate
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import describe, evaluate, in_window
 
 DUPLICATE_S = 5.0
 # An XID storm must not grow the window without bound; the oldest go first.
@@ -149,6 +149,7 @@ class NodeState:
         self.xid_counts: Dict[Tuple[int, str, int, str], int] = {}  # (gpu, uuid, xid, action) -> n
         self._counter_faults: Dict[Tuple[str, Optional[int]], Fault] = {}
         self._recent: Deque[XidEvent] = deque()  # for duplicate detection across sources
+        self._judged: Optional[Tuple[tuple, HealthVerdict]] = None  # (what it read, the verdict) of the last judgement
 
     # -- inputs ---------------------------------------------------------------------------
     def set_inventory(self, inventory: Sequence[GpuInfo], driver_version: Optional[str]) -> int:
@@ -247,8 +248,20 @@ class NodeState:
 
     # -- internals ------------------------------------------------------------------------
     def _evaluate(self, now: float) -> HealthVerdict:
-        return evaluate(events=list(self.events), snapshots=self.snapshots, thresholds=self.thresholds, now=now,
-                        driver_version=self.driver_version)
+        # The verdict reads only the window's events, the snapshots, the thresholds and the driver
+        # version (all immutable values). A second's snapshot of a steady node equals the last one:
+        # the verdict is then the same, judged again only for its time.
+        windowed = in_window(self.events, now, self.thresholds.window_s)
+        inputs = (tuple(windowed), tuple(self.snapshots), self.thresholds, self.driver_version)
+        if self._judged is not None and self._judged[0] == inputs:
+            # Keep the new inputs: the next comparison then meets the same objects (identity is
+            # compared first), not equal copies compared field by field.
+            self._judged = (inputs, self._judged[1])
+            return replace(self._judged[1], evaluated_at=now)
+        verdict = evaluate(events=windowed, snapshots=self.snapshots, thresholds=self.thresholds, now=now,
+                           driver_version=self.driver_version)
+        self._judged = (inputs, verdict)
+        return verdict
 
     def _prune(self, now: float) -> bool:
         start = now - self.thresholds.window_s

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Callable, Dict, List, Optional, TypeVar
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     GpuInfo,
@@ -108,6 +108,10 @@ class NvmlReader:
         self.library_path = library_path
         self._handles: List[object] = []
         self._index_by_handle: Dict[int, int] = {}
+        # Per GPU index: (uuid, pci_bus_id), read once (a handle is one physical GPU for the whole
+        # NVML session), and the slow fields of its last full read (see ``snapshot``).
+        self._identity: Dict[int, Tuple[Optional[str], Optional[str]]] = {}
+        self._slow: Dict[int, Tuple[Optional[int], Optional[int], tuple]] = {}
         self._event_set = None
         self._open = False
 
@@ -182,33 +186,36 @@ class NvmlReader:
     def _info(self, index: int, handle, driver: Optional[str]) -> GpuInfo:
         if handle is None:
             raise GpuLost()
-        pci = field_or_absent(lambda: pynvml.nvmlDeviceGetPciInfo(handle))
+        uuid, pci_bus_id = self._read_identity(handle)
         name = field_or_absent(lambda: pynvml.nvmlDeviceGetName(handle))
         serial = field_or_absent(lambda: pynvml.nvmlDeviceGetSerial(handle))
-        uuid = field_or_absent(lambda: pynvml.nvmlDeviceGetUUID(handle))
         return GpuInfo(
-            index=index,
-            uuid=None if uuid is None else _text(uuid),
-            name=None if name is None else _text(name),
-            pci_bus_id=None if pci is None else normalize_pci_bus_id(_text(pci.busId)),
-            serial=None if serial is None else _text(serial),
-            driver_version=driver,
+            index=index, uuid=uuid, name=None if name is None else _text(name), pci_bus_id=pci_bus_id,
+            serial=None if serial is None else _text(serial), driver_version=driver,
         )
 
-    def snapshot(self, nvlinks: bool = True) -> List[GpuSnapshot]:
-        """Every GPU's health counters. ``nvlinks=False`` reads no NVLink at all (5 calls per link,
-        18 links a GPU: most of a snapshot's NVML calls): ``nvlinks`` stays empty."""
-        return [self._snapshot(index, handle, nvlinks) for index, handle in enumerate(self._handles)]
+    def snapshot(self, full: bool = True) -> List[GpuSnapshot]:
+        """Every GPU's health counters.
 
-    def _snapshot(self, index: int, handle, nvlinks: bool = True) -> GpuSnapshot:
-        uuid = pci_bus_id = None
+        ``full=False`` reads only what the verdict needs every second and carries the slow fields
+        (aggregate ECC counts and the NVLinks: 5 calls per link, 18 links a GPU, most of a full
+        read's NVML calls) over from that GPU's last full read; a GPU without one is read in full.
+        """
+        return [self._snapshot(index, handle, full) for index, handle in enumerate(self._handles)]
+
+    def _snapshot(self, index: int, handle, full: bool = True) -> GpuSnapshot:
+        uuid, pci_bus_id = self._identity.get(index, (None, None))
         try:
             if handle is None:
                 raise GpuLost()
-            raw_uuid = field_or_absent(lambda: pynvml.nvmlDeviceGetUUID(handle))
-            uuid = None if raw_uuid is None else _text(raw_uuid)
-            pci = field_or_absent(lambda: pynvml.nvmlDeviceGetPciInfo(handle))
-            pci_bus_id = None if pci is None else normalize_pci_bus_id(_text(pci.busId))
+            if index not in self._identity:
+                uuid, pci_bus_id = self._read_identity(handle)
+                self._identity[index] = (uuid, pci_bus_id)
+            slow = None if full else self._slow.get(index)
+            if slow is None:
+                slow = (self._ecc(handle, corrected=True, volatile=False),
+                        self._ecc(handle, corrected=False, volatile=False), self._nvlinks(handle))
+                self._slow[index] = slow
             power_mw = field_or_absent(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
             remapped = field_or_absent(lambda: pynvml.nvmlDeviceGetRemappedRows(handle))
             retired = field_or_absent(lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
@@ -218,18 +225,28 @@ class NvmlReader:
                 power_w=None if power_mw is None else power_mw / 1000.0,
                 ecc_sbe_volatile=self._ecc(handle, corrected=True, volatile=True),
                 ecc_dbe_volatile=self._ecc(handle, corrected=False, volatile=True),
-                ecc_sbe_aggregate=self._ecc(handle, corrected=True, volatile=False),
-                ecc_dbe_aggregate=self._ecc(handle, corrected=False, volatile=False),
+                ecc_sbe_aggregate=slow[0],
+                ecc_dbe_aggregate=slow[1],
                 retired_pages_pending=None if retired is None else bool(retired),
                 remapped_rows_correctable=None if remapped is None else remapped[0],
                 remapped_rows_uncorrectable=None if remapped is None else remapped[1],
                 remapped_rows_pending=None if remapped is None else bool(remapped[2]),
                 remapped_rows_failed=None if remapped is None else bool(remapped[3]),
                 throttle_reasons=self._throttle_reasons(handle),
-                nvlinks=self._nvlinks(handle) if nvlinks else (),
+                nvlinks=slow[2],
             )
         except GpuLost:
+            # A lost GPU keeps the identity read before it was lost (the fault names the GPU); its
+            # slow fields are read afresh if it comes back.
+            self._slow.pop(index, None)
             return GpuSnapshot(index=index, uuid=uuid, pci_bus_id=pci_bus_id, lost=True)
+
+    @staticmethod
+    def _read_identity(handle) -> Tuple[Optional[str], Optional[str]]:
+        raw_uuid = field_or_absent(lambda: pynvml.nvmlDeviceGetUUID(handle))
+        pci = field_or_absent(lambda: pynvml.nvmlDeviceGetPciInfo(handle))
+        return (None if raw_uuid is None else _text(raw_uuid),
+                None if pci is None else normalize_pci_bus_id(_text(pci.busId)))
 
     @staticmethod
     def _ecc(handle, corrected: bool, volatile: bool) -> Optional[int]:

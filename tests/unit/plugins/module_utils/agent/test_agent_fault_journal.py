@@ -57,7 +57,7 @@ class FakeReader:
     def watch_xids(self):
         return None
 
-    def snapshot(self, nvlinks=True):
+    def snapshot(self, full=True):
         return [GpuSnapshot(index=i, uuid=uuid, pci_bus_id=PCI[i], temperature_c=40)
                 for i, uuid in enumerate(self.uuids)]
 

@@ -81,23 +81,6 @@ def test_agent_down_reads_zero():
     assert samples(view(up=False))[("gpufleet_agent_up", ())] == 0
 
 
-def test_a_light_snapshot_keeps_the_last_nvlinks():
-    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.loop import with_previous_nvlinks
-
-    full = [GpuSnapshot(index=0, nvlinks=(NvLinkStatus(link=0, active=False, crc_flit_errors=7, crc_data_errors=1,
-                                                       replay_errors=2, recovery_errors=0),)),
-            GpuSnapshot(index=1, lost=True),
-            GpuSnapshot(index=2, nvlinks=(NvLinkStatus(link=0, active=True),))]
-    light = [GpuSnapshot(index=0, temperature_c=50), GpuSnapshot(index=1, temperature_c=40),
-             GpuSnapshot(index=2, lost=True), GpuSnapshot(index=3)]
-    merged = with_previous_nvlinks(light, full)
-    assert merged[0].nvlinks == full[0].nvlinks and merged[0].temperature_c == 50
-    # Lost then: no links to carry; lost now: none either; a GPU the full snapshot lacked: none.
-    assert merged[1].nvlinks == () and merged[1].temperature_c == 40
-    assert merged[2].nvlinks == () and merged[2].lost
-    assert merged[3].nvlinks == ()
-
-
 # ---- the exposition: NVLink text kept until the links change; the endpoint ----------------------
 
 
