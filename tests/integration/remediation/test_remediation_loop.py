@@ -120,8 +120,14 @@ def test_a_run_that_fails_while_slurmctld_is_away_tries_again_by_itself(fleet):
     pid = fleet.lab.recorded_pids()["slurmctld"]
     os.kill(pid, signal.SIGSTOP)
     process = None
+    watchdog = None
     try:
         process = fleet.start_remediation(node, remediation_retry={"tries": 4, "delay_s": 2, "max_delay_s": 4})
+        # A run that hangs would block the read below for ever: killed after 5 minutes, its output
+        # ends and the asserts below say what it printed.
+        watchdog = threading.Timer(300, fleet.kill, args=(process,))
+        watchdog.daemon = True
+        watchdog.start()
         output = []
         for line in process.stdout:
             output.append(line)
@@ -135,6 +141,8 @@ def test_a_run_that_fails_while_slurmctld_is_away_tries_again_by_itself(fleet):
         record = fleet.audit(node)[-1]
         assert record["plan"]["name"] == "RESTART_APP" and record["result"] == "succeeded", record
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         os.kill(pid, signal.SIGCONT)
         if process is not None and process.poll() is None:
             fleet.kill(process)
