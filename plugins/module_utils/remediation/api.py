@@ -128,6 +128,9 @@ def tell_first(params: Mapping[str, Any], started: Dict[str, Any], check_mode: b
     run fewer before the jobs are signalled): what remediation_record state=notified does, recorded
     as the phase's outcome. A webhook or Event that fails is a warning, as it is there."""
     tell = params["notify"]
+    # Now, not the run's start: the fence and quarantine before it were stamped when they ended, and
+    # a phase's duration is the time since the one before it.
+    now = max(now, time.time())
     kube = {key: params.get(key) for key in _KUBE_PARAMS if params.get(key) is not None}
     told = record(dict(kube, state="notified", node=params["node"], remediation_id=started["id"],
                        webhook_url=tell.get("webhook_url"), event=tell.get("event", True),

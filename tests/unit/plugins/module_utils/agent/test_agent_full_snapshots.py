@@ -66,7 +66,7 @@ def agent(tmp_path, reader):
 def test_the_first_snapshot_every_full_every_and_the_one_after_an_xid_are_full(tmp_path):
     reader = RecordingReader()
     running = agent(tmp_path, reader)
-    for _ in range(FULL_EVERY + 1):
+    for _tick in range(FULL_EVERY + 1):
         running._snapshot(0.0)
     assert reader.reads == [True] + [False] * (FULL_EVERY - 1) + [True]
 
@@ -84,7 +84,7 @@ def test_a_steady_node_is_not_judged_again_and_any_change_is(tmp_path, monkeypat
     running = agent(tmp_path, reader)
     running._snapshot(0.0)
     before = len(judged)
-    for _ in range(5):
+    for _tick in range(5):
         running._snapshot(0.0)
     assert len(judged) == before  # the same snapshot, events and thresholds: the same verdict
 
