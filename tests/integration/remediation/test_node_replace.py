@@ -304,14 +304,19 @@ def test_lab_replace_killed_half_way_finishes_on_rerun_without_repeating(lab, la
 
 
 @pytest.mark.lab
-def test_lab_bad_input_names_the_field_and_changes_nothing(lab, lab_as_before):
+def test_lab_bad_input_names_the_field_and_changes_nothing(lab, lab_as_before, tmp_path):
+    # A directory that is not a lab, and one that does not exist: made here, so that neither depends
+    # on the machine (Debian's /nonexistent, the home of daemon users, exists once something made it).
+    not_a_lab, missing = tmp_path / "not-a-lab", tmp_path / "missing"
+    not_a_lab.mkdir()
     cases = [
         (dict(name="gpu-a-042", provider="lab"), "name: 'gpu-a-042' is not a node of any pool of the lab"),
         (dict(name="gpu-a-005", provider="lab"), "name: gpu-a-005 is not in service"),
         (dict(name="gpu-a-001", provider="lab", spare="gpu-a-002"), "spare: gpu-a-002 is in service"),
         (dict(name="gpu-a-001", provider="lab", spare="gpu-a-001"), "spare: must be another node"),
         (dict(name="GPU_A", provider="lab"), "name: must be a node name"),
-        (dict(name="gpu-a-001", provider="lab", lab_dir="/nonexistent"), "lab_dir: /nonexistent has no node recipes"),
+        (dict(name="gpu-a-001", provider="lab", lab_dir=str(not_a_lab)), "lab_dir: %s has no node recipes" % not_a_lab),
+        (dict(name="gpu-a-001", provider="lab", lab_dir=str(missing)), "lab_dir: %s is not a directory" % missing),
         (dict(name="gpu-a-001", provider="clusterapi", state="restored"), "state: restored is for provider lab only"),
         (dict(name="gpu-a-001", provider="command"), "command: is required with provider command"),
     ]

@@ -497,7 +497,7 @@ def staged(tmp_path: Path, variables: Dict[str, Any]):
                     self_healing_systemd_start=False, self_healing_systemd_packages=[],
                     self_healing_systemd_install_packages=False,
                     self_healing_systemd_prefix=str(prefix), kubernetes_kubeconfig="/etc/gpufleet/eda.kubeconfig",
-                    kubernetes_backend="existing", gpufleet_lab_dir="/nonexistent")
+                    kubernetes_backend="existing", gpufleet_lab_dir=str(tmp_path / "no-lab"))
     settings.update(variables)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_NOCOLOR="1",
                PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""))
