@@ -8,6 +8,11 @@ killed must be resumable at once, without waiting out a timeout. So a remediatio
 which tells a reused PID apart). On the same host a holder is alive while that process is; from
 another host (AWX, a second controller) it is alive while it renewed its lease in the last
 ``lease_s`` seconds (every phase renews it).
+
+The first responder (``first_responder.py``) is a long-running process, not a playbook: it holds a
+remediation while it fences and quarantines the node, then *hands it off* (holder
+``{"handoff": ...}``, which is nobody alive), so that the playbook the trigger starts takes it over
+at once, as the next run and not as a crash's resume.
 """
 
 from __future__ import annotations
@@ -56,16 +61,46 @@ def controller_pid(pid: Optional[int] = None) -> int:
     return found or os.getppid()
 
 
+FIRST_RESPONDER = "first-responder"
+# Set once by a long-running process that acts for itself (the first responder): its own PID holds
+# what it claims, whatever its parent is.
+_PROCESS_ROLE: Dict[str, Any] = {}
+
+
+def hold_as(role: str, pid: Optional[int] = None) -> None:
+    """Make this process, under ``role``, the holder of what it claims from now on."""
+    _PROCESS_ROLE.clear()
+    _PROCESS_ROLE.update(role=role, pid=os.getpid() if pid is None else pid)
+
+
 def current(now: float, pid: Optional[int] = None) -> Dict[str, Any]:
+    if pid is None and _PROCESS_ROLE:
+        pid = _PROCESS_ROLE["pid"]
     holder_pid = controller_pid() if pid is None else pid
-    return {"host": socket.gethostname(), "pid": holder_pid, "start": start_time(holder_pid), "renewed": now}
+    found = {"host": socket.gethostname(), "pid": holder_pid, "start": start_time(holder_pid), "renewed": now}
+    if _PROCESS_ROLE:
+        found["role"] = _PROCESS_ROLE["role"]
+    return found
+
+
+def handed_off(by: str, now: float) -> Dict[str, Any]:
+    """The holder of a remediation handed off: nobody alive, so the next run takes it over at once."""
+    return {"handoff": by, "at": now}
+
+
+def is_handoff(holder: Optional[Mapping[str, Any]]) -> bool:
+    return bool(holder and holder.get("handoff"))
+
+
+def is_first_responder(holder: Optional[Mapping[str, Any]]) -> bool:
+    return bool(holder and holder.get("role") == FIRST_RESPONDER)
 
 
 def alive(
     holder: Optional[Mapping[str, Any]], now: float, lease_s: float, me: Optional[Mapping[str, Any]] = None
 ) -> bool:
     """Whether the holder still runs; a holder that is this very run counts as not alive (it is us)."""
-    if not holder:
+    if not holder or is_handoff(holder):
         return False
     if (
         me

@@ -18,6 +18,7 @@ real run would get now.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -47,6 +48,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.pl
 
 REPLACES_ANNOTATION = "gpufleet.io/replaces"
 HISTORY_KEEP_DAYS = 30.0
+# A run that finds the first responder still fencing the node waits this long for its handoff
+# (it takes a fraction of a second), instead of ending as a duplicate that nobody then continues.
+HANDOFF_WAIT_S = 20.0
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -173,6 +177,7 @@ class RemediationStore:
         return started
 
     def _resume(self, node: str, existing: Dict[str, Any], now: float, me: Mapping[str, Any]) -> Dict[str, Any]:
+        existing = self._await_handoff(node, existing, now, me)
         if holders.alive(existing.get("holder"), now, self.policy.lease_s, me):
             who = existing.get("holder") or {}
             return {
@@ -191,7 +196,9 @@ class RemediationStore:
                 )
             if holders.alive(current.get("holder"), now, self.policy.lease_s, me):
                 return None, None
-            current = progress_rules.resumed(current, now)
+            # Handed off by the first responder: the next run, not the resume of a crashed one.
+            if not holders.is_handoff(current.get("holder")):
+                current = progress_rules.resumed(current, now)
             current["holder"] = dict(me)
             return {PROGRESS_KEY: json.dumps(current, sort_keys=True)}, current
 
@@ -199,6 +206,30 @@ class RemediationStore:
         if taken is None and self.write:
             return self._resume(node, self.read_progress(node) or existing, now, me)
         return self._with_breaker(node, taken or existing, now, me, resumed=True)
+
+    def _await_handoff(self, node: str, existing: Dict[str, Any], now: float,
+                       me: Mapping[str, Any]) -> Dict[str, Any]:
+        """The progress once the first responder holding it has handed it off (or HANDOFF_WAIT_S later)."""
+        deadline = time.monotonic() + HANDOFF_WAIT_S
+        while (self.write and holders.is_first_responder(existing.get("holder"))
+               and holders.alive(existing.get("holder"), now, self.policy.lease_s, me)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+            existing = self.read_progress(node) or existing
+        return existing
+
+    def hand_off(self, node: str, remediation_id: str, now: float, by: str = holders.FIRST_RESPONDER) -> bool:
+        """Let go of remediation ``remediation_id`` of ``node`` so that the next run takes it over at
+        once; False when the node's progress is another remediation's (nothing written)."""
+
+        def release(data: Dict[str, str]):
+            current = json.loads(data[PROGRESS_KEY]) if PROGRESS_KEY in data else None
+            if not current or current.get("id") != remediation_id:
+                return None, False
+            current["holder"] = holders.handed_off(by, now)
+            return {PROGRESS_KEY: json.dumps(current, sort_keys=True)}, True
+
+        return bool(self.progress_store(node).update(release, write=self.write))
 
     def _with_breaker(
         self, node: str, progress: Dict[str, Any], now: float, me: Mapping[str, Any], resumed: bool
