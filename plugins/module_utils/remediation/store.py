@@ -205,7 +205,8 @@ class RemediationStore:
         taken = self.progress_store(node).update(take_over, write=self.write)
         if taken is None and self.write:
             return self._resume(node, self.read_progress(node) or existing, now, me)
-        return self._with_breaker(node, taken or existing, now, me, resumed=True)
+        handed = holders.is_handoff(existing.get("holder"))
+        return self._with_breaker(node, taken or existing, now, me, resumed=not handed, handed=handed)
 
     def _await_handoff(self, node: str, existing: Dict[str, Any], now: float,
                        me: Mapping[str, Any]) -> Dict[str, Any]:
@@ -232,7 +233,8 @@ class RemediationStore:
         return bool(self.progress_store(node).update(release, write=self.write))
 
     def _with_breaker(
-        self, node: str, progress: Dict[str, Any], now: float, me: Mapping[str, Any], resumed: bool
+        self, node: str, progress: Dict[str, Any], now: float, me: Mapping[str, Any], resumed: bool,
+        handed: bool = False,
     ) -> Dict[str, Any]:
         plan = progress_rules.plan_of(progress)
         decision = None
@@ -272,7 +274,7 @@ class RemediationStore:
             "started_at": progress.get("started_at"),
             "message": "%s %s: plan %s (%s)%s"
             % (
-                "resuming" if resumed else "starting",
+                "taking over" if handed else ("resuming" if resumed else "starting"),
                 progress["id"],
                 plan.name,
                 ", ".join(progress_rules.pending(progress)),

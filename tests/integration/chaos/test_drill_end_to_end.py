@@ -1,5 +1,6 @@
 """The XID 79 drill with the whole loop on: the drill injects, and the real self-healing loop
-(agent -> Prometheus -> Alertmanager -> ansible-rulebook -> remediate-node.yml) fences the node,
+(agent -> first responder: fence and quarantine; Prometheus -> Alertmanager -> ansible-rulebook ->
+remediate-node.yml: the rest) fences the node,
 lets the protected job checkpoint, requeues it, drains and replaces the node; the job resumes on a
 healthy node. The drill scores every step green and writes valid reports.
 
@@ -87,7 +88,9 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
         # -- the remediation that answered the drill ----------------------------------------------
         record = [r for r in drills.audit(node) if r["started_at"] >= started - 1][-1]
         assert record["result"] == "succeeded", record
-        assert record["trigger"]["source"] == "alertmanager"
+        # Quarantine first by the first responder (the lab's default), which handed the remediation to
+        # the playbook the alert started: one remediation, not resumed.
+        assert record["trigger"]["source"] == "first_responder" and record["resumed_at"] == [], record
         assert record["fault"]["reason"] == "Xid79" and record["plan"]["name"] == "RESTART_BM"
         assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
         assert seen["down"] and seen["cordoned"], seen
