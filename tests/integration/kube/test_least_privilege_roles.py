@@ -30,6 +30,7 @@ STATE_NAMESPACE, CHAOS_NAMESPACE = "gpufleet-system", "gpufleet-chaos"
 # (verb, resource, subresource, namespace): what the remediation's modules call.
 REMEDIATION_MAY = [
     ("get", "nodes", "", ""), ("list", "nodes", "", ""), ("patch", "nodes", "", ""),
+    ("watch", "nodes", "", ""),  # the first responder's watch
     ("list", "pods", "", ""), ("create", "pods", "eviction", "default"), ("create", "pods", "eviction", "slurm"),
     ("get", "configmaps", "", STATE_NAMESPACE), ("create", "configmaps", "", STATE_NAMESPACE),
     ("update", "configmaps", "", STATE_NAMESPACE), ("create", "events", "", "default"),

@@ -547,11 +547,22 @@ def test_systemd_backend_stages_a_unit_that_systemd_accepts(tmp_path):
     assert [s["name"] for s in rulebook[0]["sources"]] == ["alertmanager", "node_condition"]
     environment = (config / "environment").read_text()
     assert 'ANSIBLE_COLLECTIONS_PATH="%s"' % (REPO / "collections") in environment
+    # The first responder: its unit beside the rulebook's, its settings (the remediation's) root's only.
+    responder_unit = root / "etc" / "systemd" / "system" / "gpufleet-first-responder.service"
+    responder_text = responder_unit.read_text()
+    assert ("ExecStart=%s/venv/bin/python -m ansible_collections.gpufleet.resilience.plugins.module_utils.remediation"
+            ".first_responder --config /etc/gpufleet/eda/first-responder.json" % prefix) in responder_text
+    assert "Environment=PYTHONPATH=%s" % (REPO / "collections") in responder_text
+    settings = config / "first-responder.json"
+    assert settings.stat().st_mode & 0o777 == 0o600
+    start = json.loads(settings.read_text())["start"]
+    assert start["kubeconfig"] == "/etc/gpufleet/eda.kubeconfig" and start["fence"]["taint_key"] == "gpufleet.io/gpu-unhealthy"
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed: the unit was rendered but not verified")
+        pytest.skip("systemd-analyze is not installed: the units were rendered but not verified")
     # systemd-analyze reports unknown keys and bad values on stderr (exit 0) and a missing or
     # non-executable ExecStart with exit 1.
-    done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
-    problems = [line for line in (done.stdout + done.stderr).splitlines() if "gpufleet-eda.service" in line]
-    assert done.returncode == 0 and not problems, done.stdout + done.stderr
+    for path in (unit, responder_unit):
+        done = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True, timeout=60, check=False)
+        problems = [line for line in (done.stdout + done.stderr).splitlines() if path.name in line]
+        assert done.returncode == 0 and not problems, done.stdout + done.stderr
