@@ -233,7 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         shown["start"] = {key: value for key, value in shown["start"].items() if key != "alertmanager_url"}
         sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True) + "\n")
         return 0
-    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.logs import setup_logging
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.json_logs import setup_logging
     from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import holder
 
     setup_logging(settings.log_level)

@@ -556,7 +556,8 @@ def test_systemd_backend_stages_a_unit_that_systemd_accepts(tmp_path):
     settings = config / "first-responder.json"
     assert settings.stat().st_mode & 0o777 == 0o600
     start = json.loads(settings.read_text())["start"]
-    assert start["kubeconfig"] == "/etc/gpufleet/eda.kubeconfig" and start["fence"]["taint_key"] == "gpufleet.io/gpu-unhealthy"
+    assert start["kubeconfig"] == "/etc/gpufleet/eda.kubeconfig"
+    assert start["fence"]["taint_key"] == "gpufleet.io/gpu-unhealthy"
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed: the units were rendered but not verified")

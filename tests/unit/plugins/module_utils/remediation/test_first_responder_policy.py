@@ -85,7 +85,8 @@ def test_only_the_verdicts_asked_for_start_a_run_with_the_settings_and_the_episo
     assert handed == [("gpu-a-001", "r-1")]
     params = calls[0]
     assert params["node"] == "gpu-a-001"
-    assert params["fence"] == {"slurm_conf": "/lab/slurm/slurm.conf", "taint_key": "gpufleet.io/gpu-unhealthy"}  # empty = default
+    # An empty setting is left out: remediation_start's default applies.
+    assert params["fence"] == {"slurm_conf": "/lab/slurm/slurm.conf", "taint_key": "gpufleet.io/gpu-unhealthy"}
     assert params["trigger"]["source"] == "first_responder"
     assert params["trigger"]["starts_at"] == "2026-12-03T10:00:00Z"
     assert "notify" not in params
