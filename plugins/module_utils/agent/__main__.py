@@ -16,8 +16,8 @@ import sys
 from dataclasses import asdict
 from typing import List, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.json_logs import setup_logging
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.settings import ConfigError, load_config
+from ansible_collections.gpufleet.resilience.plugins.module_utils.json_logs import setup_logging
 
 
 def main(argv: Optional[List[str]] = None) -> int:
