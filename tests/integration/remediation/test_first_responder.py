@@ -77,6 +77,11 @@ def drains_of(fleet, node):
     return re.findall(r"update_node: node %s state set to DRAIN" % re.escape(node), text)
 
 
+def handed_off(progress):
+    """The progress record once the first responder has handed it off, else None."""
+    return progress if progress and holder.is_handoff(progress.get("holder")) else None
+
+
 def test_a_fatal_node_is_fenced_before_any_playbook_and_the_playbook_takes_it_over(fleet, responder):
     node = fleet.active_nodes()[3]
     api = fleet.lab.kube()
@@ -85,8 +90,8 @@ def test_a_fatal_node_is_fenced_before_any_playbook_and_the_playbook_takes_it_ov
     drains_before = len(drains_of(fleet, node))
     try:
         AgentProbe(fleet.lab, node).fakegpu("xid", "--gpu", "2", "--xid", "79")
-        progress = wait_for(lambda: (lambda p: p if p and holder.is_handoff(p.get("holder")) else None)(
-            fleet.progress(node)), 60, 0.1, what="the first responder's handoff of %s" % node)
+        progress = wait_for(lambda: handed_off(fleet.progress(node)), 60, 0.1,
+                            what="the first responder's handoff of %s" % node)
         remediation_id = progress["id"]
         assert {"fence", "quarantine"} <= set(progress["phases"]), progress
         assert progress["phases"]["quarantine"]["outcome"]["changed"], progress
