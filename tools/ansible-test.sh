@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ansible-test (sanity or units) offline, the way PLATFORM.md measured it:
+# Run ansible-test (sanity or units) offline:
 # - ansible-test resolves symlinks, so it runs on a copy of the tracked tree at a
 #   real .../ansible_collections/gpufleet/resilience path;
 # - its venvs download a get-pip script from the internet, which fails here, so a

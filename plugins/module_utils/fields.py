@@ -4,7 +4,7 @@
 
 Shared by every module, filter and pure model that reads input (the pool model, the Slinky values,
 the chaos gate, the remediation), so an integer, a node name, a number or a path is judged by the
-same rule and worded the same way everywhere: the one strict layer of DESIGN section 2.
+same rule and worded the same way everywhere: the one strict layer (docs/architecture.md, "Layers, enforced").
 
 Pure: no I/O.
 """
@@ -70,7 +70,7 @@ def check_label_value(value: Any, field: str) -> str:
     return text
 
 
-# The strict layer (DESIGN section 2, trust boundaries): every value that arrives (a module option,
+# The strict layer (the trust boundary): every value that arrives (a module option,
 # a drill parameter, an inventory value, an alert label) goes through one of these before it names
 # a node, a file, a cron or systemd line. Patterns are applied with re.fullmatch: "^...$" with
 # re.match lets a trailing newline through, which is how a drill target wrote an extra cron line.

@@ -20,7 +20,7 @@ so a burn ends even when nobody comes back. Rollback works from the spec alone a
 mid-inject: the job and Pod names derive from the fault id, and the lab writes its saved values to
 a journal file *before* it changes a GPU.
 
-gpu-burn exits 0 even when a GPU is FAULTY (DESIGN section 5): ``parse_gpu_burn`` reads its
+gpu-burn exits 0 even when a GPU is FAULTY: ``parse_gpu_burn`` reads its
 ``GPU i: OK|FAULTY`` result lines, and a run without them is ``unknown``, never OK.
 """
 

@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.gpu_reset 
 BACKENDS = ("nvml_sim", "kmsg", "dcgm")
 DEV_KMSG = "/dev/kmsg"
 
-# DCGM field ids (dcgm_fields.h); DESIGN section 5.
+# DCGM field ids (dcgm_fields.h).
 DCGM_XID_ERRORS = 230
 DCGM_ECC_SBE_VOL_TOTAL = 310
 DCGM_ECC_DBE_VOL_TOTAL = 311

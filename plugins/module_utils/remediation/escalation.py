@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """Escalation: when a node goes to a human instead of another automatic remediation. Pure.
 
-Two rules, as the peers ship them (DESIGN section 5): a node remediated ``max_remediations`` times
+Two rules, as the peers ship them (docs/remediation.md): a node remediated ``max_remediations`` times
 within ``window_days`` (one peer hands a node to a human after 5 in 7 days), and the same fault
 coming back after a remediation that reset or rebooted for it (another counts two reboots for
 one XID, then asks for hardware inspection). Either turns the plan into ``HOLD``.

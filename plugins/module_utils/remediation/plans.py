@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """Catalog action -> remediation plan: the phases to run, in order. Pure.
 
-The table follows NVIDIA's XID catalog buckets (DESIGN section 5), proportionate to the fault:
+The table follows NVIDIA's XID catalog buckets (docs/health.md), proportionate to the fault:
 
 * ``RESTART_BM``/``RESTART_VM`` (XID 79, 151...): the node is lost; fence and quarantine it first
   (Slurm DRAIN, cordon and taint, in the run that claims it), then notify, let its jobs checkpoint

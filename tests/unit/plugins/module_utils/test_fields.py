@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""The strict input layer (issue 16, DESIGN section 2): node names, finite numbers, free strings, paths."""
+"""The strict input layer (issue 16): node names, finite numbers, free strings, paths."""
 
 from __future__ import annotations
 
