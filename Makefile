@@ -11,7 +11,8 @@ VENV ?= .venv
 CACHE_DIR ?= $(or $(GPUFLEET_CACHE_DIR),$(HOME)/.cache/gpufleet)
 LAB_DIR ?= /var/tmp/gpufleet-lab
 BIN := $(CURDIR)/$(VENV)/bin
-# Debian packages the lab and the tests use (bindep.txt lists them for EE builds).
+# Debian packages the lab and the tests use: bindep.txt's Debian entries with the lab profile
+# (tests/integration/test_environments.py holds the two equal).
 DEBS := munge slurmctld slurmd slurm-client openssl gcc make git iproute2 procps prometheus prometheus-alertmanager \
   openjdk-17-jre-headless chromium cron nftables bpftrace numactl stress-ng
 
@@ -37,11 +38,11 @@ setup: venv link debs fake-nvml lab-binaries
 PARALLEL_SETUP := $(MAKE) --no-print-directory -j4 -Oline
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml tools/pyproject_deps.py
+$(VENV)/.installed: pyproject.toml constraints.txt tools/pyproject_deps.py
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version'
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/python tools/pyproject_deps.py dev | $(VENV)/bin/pip install -q --disable-pip-version-check -r /dev/stdin
+	$(VENV)/bin/python tools/pyproject_deps.py dev | $(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r /dev/stdin
 	touch $@
 
 # The repo root is the collection; Ansible and pytest find it through this link.
