@@ -10,13 +10,13 @@ class ModuleDocFragment:
 options:
   kubeconfig:
     description:
-      - Kubeconfig file; omit for the in-cluster service account.
-      - Without Kubernetes (bare metal) give O(ledger_file); targets then opt in through the inventory
-        (M(gpufleet.resilience.chaos_gate) option C(allowed_nodes)).
+      - Path of the kubeconfig. Not given - E(K8S_AUTH_KUBECONFIG); else, unless O(host) and O(api_key)
+        are set, the in-cluster service account inside a Pod.
+      - With no O(kubeconfig), O(context) or O(host) (nor their E(K8S_AUTH_*) variables) and outside a
+        Pod, there is no Kubernetes (bare metal; a shell's E(KUBECONFIG) alone does not count). Give
+        O(ledger_file) then; targets opt in through the inventory (M(gpufleet.resilience.chaos_gate)
+        option C(allowed_nodes)).
     type: path
-  context:
-    description: Kubeconfig context.
-    type: str
   namespace:
     description: Namespace of the chaos ledger ConfigMap and of the remediation's breaker.
     type: str

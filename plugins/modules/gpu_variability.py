@@ -106,12 +106,6 @@ options:
     description: Seconds each Slurm command may run.
     type: float
     default: 30
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account or E(KUBECONFIG).
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -193,9 +187,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    Connection,
+    connection_argspec,
     core_v1,
     kube_timeouts,
-    timeout_argspec,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
@@ -224,9 +219,7 @@ def argspec():
         slurm_conf=dict(type="path"),
         bin_dir=dict(type="path"),
         timeout=dict(type="float", default=30),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
     )
 
 
@@ -240,7 +233,7 @@ def main():
         if p["publish_slurm"]:
             slurm = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"],
                                             bin_dir=p["bin_dir"], timeout=p["timeout"], check_mode=module.check_mode))
-        kube = NodeWriter(core_v1(p["kubeconfig"], p["context"], timeouts)) if p["publish_kube"] else None
+        kube = NodeWriter(core_v1(timeout=timeouts, connection=Connection.of(p))) if p["publish_kube"] else None
         publisher = Publisher(p["state_dir"], slurm, kube, check_mode=module.check_mode)
         if p["state"] == "absent":
             result = api.absent(publisher)

@@ -57,12 +57,6 @@ options:
     description: Fail the task when a pod is still blocked (or still on the node) at O(timeout).
     type: bool
     default: false
-  kubeconfig:
-    description: Path of the kubeconfig; without it the in-cluster service account is used.
-    type: path
-  context:
-    description: Context in O(kubeconfig); the current context when not given.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -160,9 +154,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
-    core_v1,
-    kube_timeouts,
-    timeout_argspec,
+    connection_argspec,
+    core_v1_for,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.eviction import EvictionApi, drain_node
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
@@ -179,9 +172,7 @@ def argspec():
         grace_period=dict(type="int"),
         skip_daemonsets=dict(type="bool", default=True),
         fail_on_blocked=dict(type="bool", default=False),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
         **progress_argspec(),
     )
 
@@ -190,7 +181,7 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     p = module.params
     try:
-        api = EvictionApi(core_v1(p["kubeconfig"], p["context"], kube_timeouts(p)))
+        api = EvictionApi(core_v1_for(p))
         result = drain_node(
             api, p["name"], p["timeout"], p["poll"], p["grace_period"], p["skip_daemonsets"], module.check_mode
         ).as_dict()

@@ -29,12 +29,6 @@ options:
     description: The opt-out label, C(KEY=VALUE).
     type: str
     default: gpufleet.io/remediation=disabled
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 """
 
 EXAMPLES = r"""
@@ -61,9 +55,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
-    core_v1,
-    kube_timeouts,
-    timeout_argspec,
+    connection_argspec,
+    core_v1_for,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.opt_out import opted_out
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
@@ -77,16 +70,14 @@ def main():
         argument_spec=dict(
             name=dict(type="str", required=True),
             label=dict(type="str", default="gpufleet.io/remediation=disabled"),
-            kubeconfig=dict(type="path"),
-            context=dict(type="str"),
-            **timeout_argspec(),
+            **connection_argspec(),
             **progress_argspec(),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
-        api = core_v1(params["kubeconfig"], params["context"], kube_timeouts(params))
+        api = core_v1_for(params)
         result = opted_out(api, params["name"], params["label"])
         # An opt-out stops the remediation here: the node stays fenced and quarantined.
         stop = "opted out by " + ", ".join(result["by"]) if result["opted_out"] else None

@@ -35,12 +35,6 @@ options:
     type: list
     elements: dict
     required: true
-  kubeconfig:
-    description: Path of the kubeconfig; without it the in-cluster service account is used.
-    type: path
-  context:
-    description: Context in O(kubeconfig); the current context when not given.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -100,9 +94,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools import parse_pools
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    Connection,
+    connection_argspec,
     core_v1,
     kube_timeouts,
-    timeout_argspec,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.pool_nodes import mark_pools
@@ -112,9 +107,7 @@ def argspec():
     return dict(
         pools=dict(type="list", elements="dict", required=True),
         variable=dict(type="str", default="gpufleet_node_pools"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
     )
 
 
@@ -124,7 +117,7 @@ def main():
     try:
         timeouts = kube_timeouts(params)
         pools = parse_pools(params["pools"], params["variable"], require_selector=True)
-        writer = NodeWriter(core_v1(params["kubeconfig"], params["context"], timeouts))
+        writer = NodeWriter(core_v1(timeout=timeouts, connection=Connection.of(params)))
         result = mark_pools(writer, pools, params["variable"], check_mode=module.check_mode)
     except GpufleetError as exc:
         module.fail_json(msg=str(exc), field=getattr(exc, "field", None))

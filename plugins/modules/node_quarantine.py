@@ -61,12 +61,6 @@ options:
     description:
       - The remediation that quarantines the node, kept in the record. Omitted, an existing record's is kept.
     type: str
-  kubeconfig:
-    description: Path of the kubeconfig; without it the in-cluster service account is used.
-    type: path
-  context:
-    description: Context in O(kubeconfig); the current context when not given.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -142,9 +136,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
-    core_v1,
-    kube_timeouts,
-    timeout_argspec,
+    connection_argspec,
+    core_v1_for,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import QuarantineSpec, quarantine_node
@@ -163,9 +156,7 @@ def argspec():
         taint_effect=dict(type="str", choices=["NoSchedule", "PreferNoSchedule", "NoExecute"], default="NoSchedule"),
         reason=dict(type="str"),
         remediation_id=dict(type="str"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
         **progress_argspec(),
     )
 
@@ -175,7 +166,7 @@ def main():
     p = module.params
     want = QuarantineSpec(p["taint_key"], p["taint_value"], p["taint_effect"], p["reason"], p["remediation_id"])
     try:
-        writer = NodeWriter(core_v1(p["kubeconfig"], p["context"], kube_timeouts(p)))
+        writer = NodeWriter(core_v1_for(p))
         result = quarantine_node(writer, p["name"], p["state"], want, check_mode=module.check_mode)
         record(p["progress"], p["name"], {"changed": result["changed"]}, module.check_mode)
     except GpufleetError as exc:

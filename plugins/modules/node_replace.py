@@ -83,9 +83,6 @@ options:
       - Kubeconfig of the cluster. V(lab) - default C(<lab_dir>/kube/admin.kubeconfig). V(clusterapi) -
         default the in-cluster service account.
     type: path
-  context:
-    description: Context in O(kubeconfig); its current context when not given.
-    type: str
   wait_timeout:
     description:
       - Seconds each wait may take - V(lab) the spare's node Ready, its slurmd registered, its agent serving;
@@ -233,10 +230,12 @@ stderr:
   sample: ""
 """
 
+import dataclasses
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.phase_record import (
     progress_argspec,
     record,
@@ -255,9 +254,7 @@ def argspec():
         remediation_id=dict(type="str"),
         lab_dir=dict(type="path"),
         slurm_conf=dict(type="path"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
         wait_timeout=dict(type="float", default=300),
         clusterapi_namespace=dict(type="str"),
         command=dict(type="list", elements="str"),
@@ -269,7 +266,9 @@ def argspec():
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     try:
-        request = ReplaceRequest(**{key: value for key, value in module.params.items() if key != "progress"})
+        # The request's own fields (module.params also holds the options' aliases).
+        names = {option.name for option in dataclasses.fields(ReplaceRequest)}
+        request = ReplaceRequest(**{key: value for key, value in module.params.items() if key in names})
         result = replace_node(request, module_run_function(module), module.check_mode)
         record(module.params["progress"], module.params["name"],
                {"provider": module.params["provider"], "replacement": result.replacement, "actions": result.actions},

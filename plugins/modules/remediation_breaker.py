@@ -53,12 +53,6 @@ options:
     description: Namespace of the state ConfigMaps.
     type: str
     default: gpufleet-system
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 """
 
 EXAMPLES = r"""
@@ -92,7 +86,7 @@ refused_gone:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import read_breaker, reset_breaker
 
 
@@ -104,9 +98,7 @@ def argspec():
         nodes=dict(type="list", elements="str", default=[]),
         alertmanager_url=dict(type="str"),
         namespace=dict(type="str", default="gpufleet-system"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
     )
 
 

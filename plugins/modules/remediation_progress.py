@@ -63,12 +63,6 @@ options:
     description: Namespace of the state ConfigMaps.
     type: str
     default: gpufleet-system
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 """
 
 EXAMPLES = r"""
@@ -99,7 +93,7 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import record_phase
 
 
@@ -114,9 +108,7 @@ def argspec():
         result=dict(type="str", choices=["auto", "succeeded", "stopped", "failed", "refused"]),
         error=dict(type="str"),
         namespace=dict(type="str", default="gpufleet-system"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
     )
 
 

@@ -75,12 +75,6 @@ options:
     description: Namespace of the state ConfigMaps.
     type: str
     default: gpufleet-system
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 """
 
 EXAMPLES = r"""
@@ -107,7 +101,7 @@ record:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import phase_record
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import record
 
@@ -126,9 +120,7 @@ def argspec():
         audit_log=dict(type="path"),
         timeout=dict(type="float", default=10.0),
         namespace=dict(type="str", default="gpufleet-system"),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
         **phase_record.progress_argspec(),
     )
 

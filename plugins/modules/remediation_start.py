@@ -122,12 +122,6 @@ options:
         description: Seconds the webhook post may take.
         type: float
         default: 10
-  kubeconfig:
-    description: Kubeconfig file; omit for the in-cluster service account.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 """
 
 EXAMPLES = r"""
@@ -203,7 +197,7 @@ alerts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import timeout_argspec
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import start
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
@@ -232,9 +226,7 @@ def argspec():
             event=dict(type="bool", default=True),
             timeout=dict(type="float", default=10),
         )),
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
-        **timeout_argspec(),
+        **connection_argspec(),
     )
 
 

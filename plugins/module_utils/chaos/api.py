@@ -39,7 +39,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_path,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    Connection,
+    core_v1,
+    in_cluster,
+    kube_timeouts,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
@@ -61,9 +66,11 @@ class DrillRefused(GpufleetError):
 
 # -- clients -----------------------------------------------------------------------------------
 def _kube(params: Mapping[str, Any]) -> Any:
-    if params.get("kubeconfig") is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return None  # bare metal: no Kubernetes, the inventory opts nodes in
-    return core_v1(params.get("kubeconfig"), params.get("context"), kube_timeouts(params))
+    connection = Connection.of(params)
+    # Bare metal: no Kubernetes named (a shell's KUBECONFIG alone does not count), the inventory opts nodes in.
+    if not (connection.kubeconfig or connection.context or connection.host) and not in_cluster():
+        return None
+    return core_v1(timeout=kube_timeouts(params), connection=connection)
 
 
 def _slurm(params: Mapping[str, Any]) -> Optional[SlurmClient]:

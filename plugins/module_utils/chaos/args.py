@@ -12,22 +12,20 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     ApiException,
     TransportError,
     api_failure,
+    connection_argspec,
     kube_timeouts,
-    timeout_argspec,
     unreachable,
 )
 
 
 def common_argspec(**extra: Any) -> Dict[str, Any]:
     spec = dict(
-        kubeconfig=dict(type="path"),
-        context=dict(type="str"),
+        **connection_argspec(),
         namespace=dict(type="str", default="gpufleet-system"),
         ledger_file=dict(type="path"),
         lab_dir=dict(type="path"),
         slurm_conf=dict(type="path"),
         slurm_bin_dir=dict(type="path"),
-        **timeout_argspec(),
     )
     spec.update(extra)
     return spec

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -49,6 +51,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_READ_TIMEOUT",
     "ApiException",
+    "Connection",
     "KubeError",
     "NoAnswer",
     "TransportError",
@@ -56,7 +59,9 @@ __all__ = [
     "api_error",
     "api_failure",
     "api_message",
+    "connection_argspec",
     "core_v1",
+    "core_v1_for",
     "kube_timeouts",
     "timeout_argspec",
     "unreachable",
@@ -90,6 +95,88 @@ class NoAnswer(TransportError, KubeError):  # type: ignore[misc,valid-type]
 
 def _seconds(value: Any) -> str:
     return "none" if value is None else ("%g" % value)
+
+
+# The kubernetes.core connection options and the environment variables each falls back to (AWX's
+# Kubernetes credential injects the K8S_AUTH_* ones); an option given beats its variable.
+CONNECTION_ENV = {
+    "kubeconfig": "K8S_AUTH_KUBECONFIG",
+    "context": "K8S_AUTH_CONTEXT",
+    "host": "K8S_AUTH_HOST",
+    "api_key": "K8S_AUTH_API_KEY",
+    "ca_cert": "K8S_AUTH_SSL_CA_CERT",
+    "validate_certs": "K8S_AUTH_VERIFY_SSL",
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _flag(value: Any, name: str) -> Optional[bool]:
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise FieldError(name, "must be true or false, got %r" % (value,))
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach the API server, as kubernetes.core takes it (doc fragment gpufleet.resilience.kube).
+
+    ``host`` with ``api_key`` (a bearer token) needs no kubeconfig; ``kubeconfig``/``context`` load one
+    (none given: ``KUBECONFIG`` or ``~/.kube/config``), and ``host``, ``api_key``, ``ca_cert`` and
+    ``validate_certs`` override what it says. With nothing at all: the in-cluster service account
+    inside a Pod, else the default kubeconfig."""
+
+    kubeconfig: Optional[str] = None
+    context: Optional[str] = None
+    host: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)  # a secret: never in a message
+    ca_cert: Optional[str] = None
+    validate_certs: Optional[bool] = None
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None) -> "Connection":
+        """From a module's (or a settings file's) options, each absent one from its K8S_AUTH_* variable."""
+        environ = os.environ if environ is None else environ
+        values: Dict[str, Any] = {}
+        for name, variable in CONNECTION_ENV.items():
+            value = params.get(name)
+            if value is None or value == "":
+                value = environ.get(variable) or None
+                where = variable
+            else:
+                where = name
+            values[name] = _flag(value, where) if name == "validate_certs" else value
+        return cls(**values)
+
+    def describe(self) -> str:
+        """Where the credentials come from, for error messages (never the token)."""
+        if self.host and not (self.kubeconfig or self.context):
+            return "%s with a bearer token" % self.host
+        if self.kubeconfig or self.context:
+            return "the kubeconfig %s%s" % (self.kubeconfig or "(default)",
+                                            " context %s" % self.context if self.context else "")
+        return "in-cluster" if in_cluster() else "the default kubeconfig (KUBECONFIG or ~/.kube/config)"
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def connection_argspec() -> Dict[str, Any]:
+    """The argument spec of the modules' connection options and timeouts (doc fragment
+    gpufleet.resilience.kube); the K8S_AUTH_* variables are read by ``Connection.of``."""
+    return dict(
+        kubeconfig=dict(type="path"),
+        context=dict(type="str"),
+        host=dict(type="str"),
+        api_key=dict(type="str", no_log=True),
+        ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+        validate_certs=dict(type="bool", aliases=["verify_ssl"]),
+        **timeout_argspec(),
+    )
 
 
 def timeout_argspec() -> Dict[str, Any]:
@@ -205,24 +292,71 @@ else:  # pragma: no cover - api_client() says the package is missing first
     TimedApiClient = None  # type: ignore[assignment,misc]
 
 
+def _configure(connection: Connection, configuration: Any) -> None:
+    if connection.host and not (connection.kubeconfig or connection.context):
+        if not connection.api_key:
+            raise FieldError("api_key", "the API server %s needs a bearer token: set api_key (or K8S_AUTH_API_KEY), "
+                             "or give a kubeconfig" % connection.host)
+    elif connection.kubeconfig or connection.context or not in_cluster():
+        # KUBECONFIG read now (the kubernetes package reads it once, at import), a list as kubectl takes it.
+        config_file = (connection.kubeconfig or os.environ.get("KUBECONFIG")
+                       or os.path.join(os.path.expanduser("~"), ".kube", "config"))
+        k8s_config.load_kube_config(config_file=config_file, context=connection.context,
+                                    client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    if connection.host:
+        configuration.host = connection.host
+    if connection.api_key:
+        configuration.api_key = {"authorization": "Bearer " + connection.api_key}
+        configuration.refresh_api_key_hook = None  # the kubeconfig's own token (and its refresh) no longer apply
+    if connection.ca_cert:
+        configuration.ssl_ca_cert = connection.ca_cert
+    if connection.validate_certs is not None:
+        configuration.verify_ssl = connection.validate_certs
+    send_bearer_token(configuration)
+
+
+def send_bearer_token(configuration: Any) -> None:
+    """Make the client send the bearer token the loaders found.
+
+    kubernetes 36's kubeconfig and in-cluster loaders put "Bearer <token>" in ``api_key["authorization"]``,
+    but its generated API client sends only ``api_key["BearerToken"]``: a token kubeconfig or a Pod's
+    service account would reach the API server with no credentials at all (anonymous, 401 or 403).
+    So the token is carried across now and after every refresh (an expiring exec or projected token)."""
+    loaded_hook = configuration.refresh_api_key_hook
+
+    def refresh(conf: Any) -> None:
+        if loaded_hook is not None:
+            loaded_hook(conf)
+        token = conf.api_key.get("authorization")
+        if token:
+            conf.api_key["BearerToken"] = token
+
+    configuration.refresh_api_key_hook = refresh
+    token = configuration.api_key.get("authorization")
+    if token:
+        configuration.api_key["BearerToken"] = token
+
+
 def api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None,
-               timeout: Optional[Tuple[float, float]] = None) -> Any:
-    """An ApiClient for the kubeconfig (or the in-cluster service account when none is given) whose
-    every call has a (connect, read) timeout, ``timeout`` or the defaults (5 s, 30 s); a watch's read
-    timeout is its timeoutSeconds plus 30 s. A call without an answer in time raises ``NoAnswer``
-    (a urllib3 HTTPError, so ``TransportError`` handlers catch it), naming the server. Timed-out
-    reads are not retried: the timeout is the bound."""
+               timeout: Optional[Tuple[float, float]] = None, connection: Optional[Connection] = None) -> Any:
+    """An ApiClient for ``connection`` (or the kubeconfig and context given, the K8S_AUTH_* variables
+    filling what is absent; see ``Connection``) whose every call has a (connect, read) timeout,
+    ``timeout`` or the defaults (5 s, 30 s); a watch's read timeout is its timeoutSeconds plus 30 s. A
+    call without an answer in time raises ``NoAnswer`` (a urllib3 HTTPError, so ``TransportError``
+    handlers catch it), naming the server. Timed-out reads are not retried: the timeout is the bound."""
     if k8s_client is None:
         raise KubeError("the Python 'kubernetes' package is required (pip install kubernetes)")
+    if connection is None:
+        connection = Connection.of({"kubeconfig": kubeconfig, "context": context})
     configuration = k8s_client.Configuration()
     try:
-        if kubeconfig:
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context or None,
-                                        client_configuration=configuration)
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)
+        _configure(connection, configuration)
+    except FieldError:
+        raise
     except Exception as exc:  # the kubernetes package raises several unrelated types here
-        raise KubeError("cannot load the kubeconfig %s: %s" % (kubeconfig or "(in-cluster)", exc)) from exc
+        raise KubeError("cannot load the Kubernetes credentials from %s: %s" % (connection.describe(), exc)) from exc
     # urllib3 would retry a timed-out GET three times (4 x the read timeout); connection errors
     # (refused, reset) are retried once.
     configuration.retries = Retry(total=3, connect=1, read=0, status=0, other=0)
@@ -232,7 +366,12 @@ def api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None,
 
 
 def core_v1(kubeconfig: Optional[str] = None, context: Optional[str] = None,
-            timeout: Optional[Tuple[float, float]] = None) -> Any:
-    """A CoreV1Api for the kubeconfig (or the in-cluster service account when none is given); every
-    call has (connect, read) timeouts: ``timeout`` or (5 s, 30 s) (see ``api_client``)."""
-    return k8s_client.CoreV1Api(api_client(kubeconfig, context, timeout))
+            timeout: Optional[Tuple[float, float]] = None, connection: Optional[Connection] = None) -> Any:
+    """A CoreV1Api for ``connection`` or the kubeconfig and context (see ``api_client``); every call
+    has (connect, read) timeouts: ``timeout`` or (5 s, 30 s)."""
+    return k8s_client.CoreV1Api(api_client(kubeconfig, context, timeout, connection))
+
+
+def core_v1_for(params: Mapping[str, Any]) -> Any:
+    """The CoreV1Api a module's connection options and timeouts (``connection_argspec``) ask for."""
+    return core_v1(timeout=kube_timeouts(params), connection=Connection.of(params))

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
+    Connection,
     KubeError,
     api_error,
     core_v1,
@@ -221,9 +222,9 @@ class ClusterApiNodes:
         self.now = now
 
     @classmethod
-    def connect(cls, kubeconfig: Optional[str], context: Optional[str], timeout: Optional[Tuple[float, float]] = None,
+    def connect(cls, connection: Connection, timeout: Optional[Tuple[float, float]] = None,
                 **kwargs: Any) -> "ClusterApiNodes":
-        core = core_v1(kubeconfig, context, timeout)
+        core = core_v1(timeout=timeout, connection=connection)
         version = served_version(core.api_client)
         return cls(core, k8s_client.CustomObjectsApi(core.api_client), version, **kwargs)
 

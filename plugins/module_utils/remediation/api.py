@@ -16,7 +16,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     optional_number,
     optional_text,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1_for, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import notify
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
@@ -70,7 +70,7 @@ def policy_from(params: Mapping[str, Any]) -> Policy:
 
 def store_from(params: Mapping[str, Any], check_mode: bool) -> RemediationStore:
     policy = policy_from(params)  # bad settings fail before any API call
-    api = core_v1(params.get("kubeconfig"), params.get("context"), kube_timeouts(params))
+    api = core_v1_for(params)
     return RemediationStore(api, policy, write=not check_mode)
 
 

@@ -12,7 +12,7 @@ Every input is checked before anything acts; a bad one is a FieldError naming th
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -22,7 +22,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
     check_number,
     optional_text,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1, kube_timeouts, unreachable
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
+    Connection,
+    core_v1,
+    kube_timeouts,
+    unreachable,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.clusterapi import ClusterApiNodes
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.spares import LabNodes, load_recipes
 from ansible_collections.gpufleet.resilience.plugins.module_utils.replace import lab as lab_provider
@@ -55,6 +60,10 @@ class ReplaceRequest:
     slurm_conf: Optional[str] = None
     kubeconfig: Optional[str] = None
     context: Optional[str] = None
+    host: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)
+    ca_cert: Optional[str] = None
+    validate_certs: Optional[bool] = None
     wait_timeout: float = 300.0
     clusterapi_namespace: Optional[str] = None
     command: Optional[List[str]] = None
@@ -97,7 +106,7 @@ def check_request(request: ReplaceRequest) -> None:
     check_number(request.command_timeout, "command_timeout", above=0)
     check_number(request.boot_delay, "boot_delay", minimum=0)
     kube_timeouts(vars(request))
-    for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "clusterapi_namespace"):
+    for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "host", "ca_cert", "clusterapi_namespace"):
         optional_text(getattr(request, option), option)
     if request.provider != "lab":
         if request.state == "restored":
@@ -138,8 +147,10 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
     slurmd = next((r.parts["slurmd"] for r in recipes.values() if "slurmd" in r.parts), {})
     slurm = SlurmClient(SlurmRunner(run=run, slurm_conf=request.slurm_conf or slurmd.get("slurm_conf"),
                                     bin_dir=slurmd.get("bin_dir"), check_mode=check_mode))
-    kube = core_v1(request.kubeconfig or os.path.join(lab_dir, "kube", "admin.kubeconfig"), request.context,
-                   kube_timeouts(vars(request)))
+    connection = Connection.of(vars(request))
+    if not (connection.kubeconfig or connection.host):  # the lab's own API server
+        connection = replace(connection, kubeconfig=os.path.join(lab_dir, "kube", "admin.kubeconfig"))
+    kube = core_v1(timeout=kube_timeouts(vars(request)), connection=connection)
     nodes = LabNodes(lab_dir, kube, slurm, wait_timeout=request.wait_timeout, recipes=recipes)
     if request.state == "restored":
         outcome = lab_provider.restore(nodes, request.name, request.spare, check_mode)
@@ -152,7 +163,7 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
 
 
 def _clusterapi(request: ReplaceRequest, check_mode: bool) -> ReplaceResult:
-    api = ClusterApiNodes.connect(request.kubeconfig, request.context, timeout=kube_timeouts(vars(request)),
+    api = ClusterApiNodes.connect(Connection.of(vars(request)), timeout=kube_timeouts(vars(request)),
                                   wait_timeout=request.wait_timeout,
                                   namespace=request.clusterapi_namespace)
     outcome = api.replace(request.name, request.remediation_id, check_mode)

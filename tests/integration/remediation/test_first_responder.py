@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -140,3 +141,53 @@ def test_a_degraded_node_is_left_to_the_playbook(fleet, responder):
         assert not [o for o in outcomes(responder) if o["node"] == node]
     finally:
         fleet.heal(node)
+
+
+def test_a_run_that_finds_the_first_responder_holding_the_node_waits_for_its_handoff(fleet, monkeypatch):
+    """The race the handoff closes, through the real API server: the trigger's playbook starts while
+    the first responder still holds the node. It waits for the handoff and takes the remediation
+    over (no resume counted), instead of ending as a duplicate that nobody continues; if the
+    responder never lets go, it ends as a duplicate after store.HANDOFF_WAIT_S."""
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import store as store_module
+
+    def store():
+        return store_module.RemediationStore(core_v1(str(fleet.lab.kubeconfig)), store_module.Policy())
+
+    # A live process stands for the first responder: a holder is alive while its PID runs.
+    sleeper = subprocess.Popen(["sleep", "300"])
+    first, second = fleet.active_nodes()[4:6]
+    fault = {"action": "RESTART_BM", "xid": 79}
+    try:
+        def claim_as_responder(node):
+            now = time.time()
+            me = dict(holder.current(now, pid=sleeper.pid), role=holder.FIRST_RESPONDER)
+            claimed = store().start(node, {"source": "first_responder"}, now, fault, me)
+            assert claimed["skip"] is None, claimed
+            assert holder.is_first_responder(fleet.progress(node)["holder"])
+            return claimed["id"]
+
+        remediation_id = claim_as_responder(first)
+        handoff = threading.Timer(1.5, lambda: store().hand_off(first, remediation_id, time.time()))
+        handoff.start()
+        began = time.monotonic()
+        taken = store().start(first, {"source": "alertmanager"}, time.time(), fault)
+        waited = time.monotonic() - began
+        handoff.join()
+        assert taken["skip"] is None and taken["id"] == remediation_id, taken
+        assert 1.0 <= waited < store_module.HANDOFF_WAIT_S, waited
+        progress = fleet.progress(first)
+        assert not holder.is_handoff(progress["holder"]) and not holder.is_first_responder(progress["holder"])
+        assert progress["holder"]["pid"] != sleeper.pid and not progress.get("resumed"), progress
+
+        monkeypatch.setattr(store_module, "HANDOFF_WAIT_S", 1.0)
+        claim_as_responder(second)
+        began = time.monotonic()
+        duplicate = store().start(second, {"source": "alertmanager"}, time.time(), fault)
+        assert duplicate["skip"] == "duplicate" and time.monotonic() - began >= 1.0, duplicate
+        assert holder.is_first_responder(fleet.progress(second)["holder"])
+    finally:
+        sleeper.kill()
+        sleeper.wait(5)
+        fleet.heal(first)
+        fleet.heal(second)

@@ -389,9 +389,27 @@ def _api(args: Dict[str, Any]) -> Any:
             pass
     if not loaded:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    _send_bearer_token(configuration)
     # urllib3 would retry a timed-out list three times: the read timeout is the bound, the watcher retries.
     configuration.retries = Retry(total=3, connect=1, read=0, status=0, other=0)
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def _send_bearer_token(configuration: Any) -> None:
+    """kubernetes 36's loaders keep "Bearer <token>" in api_key["authorization"], which its API client
+    does not send (it sends api_key["BearerToken"]): without this a Pod's service account or a token
+    kubeconfig reaches the API server anonymous. The same fix as the collection's kube/client.py
+    (send_bearer_token): this plugin stands alone."""
+    loaded_hook = configuration.refresh_api_key_hook
+
+    def refresh(conf: Any) -> None:
+        if loaded_hook is not None:
+            loaded_hook(conf)
+        if conf.api_key.get("authorization"):
+            conf.api_key["BearerToken"] = conf.api_key["authorization"]
+
+    configuration.refresh_api_key_hook = refresh
+    refresh(configuration)
 
 
 class NodeWatcher:

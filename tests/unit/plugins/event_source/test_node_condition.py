@@ -396,3 +396,19 @@ def test_a_hung_api_server_fails_the_list_within_the_read_timeout(hung_server, t
     assert elapsed < 1.5 + 10, "%.1fs: the list was not bounded by read_timeout" % elapsed
     assert "port=%d" % hung_server.port in str(caught.value) and "Read timed out" in str(caught.value), caught.value
     assert len(hung_server.accepted) == 1, "a timed-out read was retried"
+
+
+def test_a_token_kubeconfig_is_sent_to_the_api_server(tmp_path, monkeypatch):
+    """kubernetes 36 loads a token where its own client does not send it; the source carries it across
+    (a Pod's service account takes the same path), so the watch is not anonymous."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+        "clusters: [{name: lab, cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}}]\n"
+        "contexts: [{name: lab, context: {cluster: lab, user: lab}}]\n"
+        "users: [{name: lab, user: {token: watch-token}}]\n")
+    api_client = nc._api({"kubeconfig": str(kubeconfig)}).api_client
+    headers: Dict[str, str] = {}
+    api_client.update_params_for_auth(headers, [], ["BearerToken"])
+    assert headers.get("authorization") == "Bearer watch-token"
