@@ -71,7 +71,7 @@ class CountingCore:
 ])
 def test_remediation_start_refuses_before_any_api_call(monkeypatch, params, field) -> None:
     core = CountingCore()
-    monkeypatch.setattr(api, "core_v1", lambda *args: core)
+    monkeypatch.setattr(api, "core_v1_for", lambda *args: core)
     with pytest.raises(FieldError) as bad:
         api.start(params, False, now=1000.0)
     assert bad.value.field == field
