@@ -50,7 +50,7 @@ def project(tmp_path_factory):
 def create(project, definition, context):
     done = subprocess.run([str(BIN / "ansible-builder"), "create", "-f", str(project / definition),
                            "-c", str(context), "--output-filename", "Containerfile"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return (context / "Containerfile").read_text()
 

@@ -60,7 +60,7 @@ def test_every_playbook_runs_by_its_collection_name_from_the_installed_tarball(t
     assert "one_click_slurm" in names and "remediate_node" in names and "drills.gpu_xid" in names
     checked = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,"]
                              + ["gpufleet.resilience." + name for name in names],
-                             cwd=tmp_path, env=env, capture_output=True, text=True)
+                             cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
     found = re.findall(r"^playbook: (.+)$", checked.stdout, re.M)
     # Each one from the installed copy, not from this checkout.

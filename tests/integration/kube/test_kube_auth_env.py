@@ -97,12 +97,12 @@ def test_a_bad_token_is_refused_by_the_server_and_never_shown(lab, reader):
 def test_the_token_reaches_only_what_its_role_allows(lab, reader):
     """Proof that the token, not some other credential, was used: the ServiceAccount may read Nodes
     but not the remediation's ConfigMaps."""
-    _, result = run_module(lab, "remediation_breaker", {"state": "read"}, K8S_AUTH_HOST=reader["host"],
+    _output, result = run_module(lab, "remediation_breaker", {"state": "read"}, K8S_AUTH_HOST=reader["host"],
                            K8S_AUTH_API_KEY=reader["token"], K8S_AUTH_SSL_CA_CERT=reader["ca"])
     assert result.get("failed") and "403" in result["msg"], result
     assert "system:serviceaccount:%s:%s" % (NAMESPACE, NAME) in result["msg"], result["msg"]
 
 
 def test_kubeconfig_from_the_environment_as_kubectl_reads_it(lab):
-    _, result = run_module(lab, "node_opt_out", {"name": "gpu-a-001"}, KUBECONFIG=str(lab.kubeconfig))
+    _output, result = run_module(lab, "node_opt_out", {"name": "gpu-a-001"}, KUBECONFIG=str(lab.kubeconfig))
     assert not result.get("failed"), result
