@@ -99,7 +99,9 @@ def _node_from_group(name: str, group: Mapping[str, Any]) -> SlurmNode:
     partition = null((group.get("partition") or {}).get("name"))
     return SlurmNode(
         name=name, state=state, flags=flags,
-        reason=null(reason.get("description")), reason_user=null(reason.get("user")),
+        # 26.05 (data parser v0.0.45) moved the user out of the reason, to the group's reason_set_by_user.
+        reason=null(reason.get("description")),
+        reason_user=null(reason.get("user")) or null(group.get("reason_set_by_user")),
         reason_time=epoch_to_iso(reason.get("time")),
         gres=null((group.get("gres") or {}).get("total")) or "",
         features=split_list(features.get("total")), active_features=split_list(features.get("active")),

@@ -1,4 +1,4 @@
-"""Captured Slurm output (22.05 and 24.11) for the parser and runner tests."""
+"""Captured Slurm output (22.05, 24.11 and 26.05) for the parser and runner tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[5]
-# Real Slurm 22.05 and 24.11 output, kept in the repository (tests/fixtures/slurm-captures, with
+# Real Slurm 22.05, 24.11 and 26.05 output, kept in the repository (tests/fixtures/slurm-captures, with
 # its README); ansible-test units copies the tree, fixtures included. GPUFLEET_SLURM_CAPTURES may
 # point at another set, e.g. a newer Slurm's.
 CAPTURES = Path(os.environ.get("GPUFLEET_SLURM_CAPTURES") or REPO / "tests" / "fixtures" / "slurm-captures")

@@ -1,4 +1,4 @@
-"""parse_scontrol on the captures of Slurm 22.05 and 24.11, and on the reasons people write."""
+"""parse_scontrol on the captures of Slurm 22.05, 24.11 and 26.05, and on the reasons people write."""
 
 from __future__ import annotations
 
@@ -16,21 +16,23 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sc
     split_records,
 )
 
-VERSIONS = ("22.05", "24.11")
+VERSIONS = ("22.05", "24.11", "26.05")
 DRAIN_REASON = "gpufleet: Xid79 GPU-fc522a91 (remediation r-1)"
 # Per version: GPUs, CPUs, memory, features and the two nodes' weights of the captured lab.
 LAB = {
     "22.05": dict(gpus=8, cpus=16, memory_mb=65536, features=[], weights=(1, 1), drained_at="2026-11-30T10:00:22"),
     "24.11": dict(gpus=2, cpus=4, memory_mb=4000, features=["pool-gpu-a"], weights=(10, 20),
                   drained_at="2026-11-30T09:58:59"),
+    "26.05": dict(gpus=2, cpus=4, memory_mb=4000, features=["pool-gpu-a"], weights=(10, 20),
+                  drained_at="2026-12-04T00:13:49"),
 }
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_version(captures, version):
     parsed = parse_version(captures.text(version + "/scontrol_version.txt"))
-    assert str(parsed) == {"22.05": "22.05.8", "24.11": "24.11.5"}[version]
-    assert parsed.at_least(22, 5) and not parsed.at_least(25, 11)
+    assert str(parsed) == {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}[version]
+    assert parsed.at_least(22, 5) and parsed.at_least(25, 11) == (version == "26.05")
 
 
 def test_version_garbage():
@@ -63,17 +65,33 @@ def test_down_node(captures, version):
     assert node.reason == "gpufleet: Xid79 test down" and node.reason_user == "root"
 
 
-def test_multiline_equals_oneliner_24_11(captures):
-    multi = parse_nodes_text(captures.text("24.11/scontrol_show_node.txt"))
-    single = parse_nodes_text(captures.text("24.11/scontrol_show_node_oneliner.txt"))
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_multiline_equals_oneliner(captures, version):
+    multi = parse_nodes_text(captures.text(version + "/scontrol_show_node.txt"))
+    single = parse_nodes_text(captures.text(version + "/scontrol_show_node_oneliner.txt"))
     assert multi == single
-    assert len(split_records(captures.text("24.11/scontrol_show_node.txt"))) == 2
+    assert len(split_records(captures.text(version + "/scontrol_show_node.txt"))) == 2
 
 
-def test_json_equals_text_24_11(captures, utc):
-    from_json = parse_nodes_json(captures.text("24.11/scontrol_show_node.json"))
-    from_text = parse_nodes_text(captures.text("24.11/scontrol_show_node_oneliner.txt"))
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_json_equals_text(captures, utc, version):
+    from_json = parse_nodes_json(captures.text(version + "/scontrol_show_node.json"))
+    from_text = parse_nodes_text(captures.text(version + "/scontrol_show_node_oneliner.txt"))
     assert from_json == from_text
+
+
+@pytest.mark.parametrize("answer", ["nodes.json", "nodes_previous.json"])
+def test_slurmrestd_26_05_nodes_equal_the_cli(captures, utc, answer):
+    """slurmrestd's answer (data parser v0.0.45, and v0.0.44 from the same server) is the CLI's model."""
+    from_rest = parse_nodes_json(captures.text("26.05/rest/" + answer))
+    assert from_rest == parse_nodes_json(captures.text("26.05/scontrol_show_node.json"))
+
+
+@pytest.mark.parametrize("answer, why", [("node_unknown.json", "Failure to query node nosuch"),
+                                         ("bad_token.json", "Protocol authentication error")])
+def test_slurmrestd_26_05_errors_are_raised(captures, answer, why):
+    with pytest.raises(SlurmParseError, match=why):
+        parse_nodes_json(captures.text("26.05/rest/" + answer))
 
 
 def test_22_05_refuses_two_node_names(captures):

@@ -11,7 +11,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_si
     parse_sinfo_table,
 )
 
-VERSIONS = ("22.05", "24.11")
+VERSIONS = ("22.05", "24.11", "26.05")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -54,8 +54,15 @@ def test_json_errors_are_raised():
         parse_sinfo_json("{}")
 
 
-def test_future_table_24_11(captures):
-    nodes = parse_sinfo_table(captures.text("24.11/sinfo_future.txt"))
+def test_json_26_05_keeps_the_reasons_user_beside_the_reason(captures):
+    """v0.0.45 moved the user out of ``reason`` into the group's ``reason_set_by_user``."""
+    nodes = parse_sinfo_json(captures.text("26.05/sinfo.json"))
+    assert nodes["gpu-a-002"].reason_user == "root" and nodes["gpu-a-001"].reason_user is None
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_future_table(captures, version):
+    nodes = parse_sinfo_table(captures.text(version + "/sinfo_future.txt"))
     assert [(name, node.state, node.flags) for name, node in nodes.items()] == [
         ("gpu-a-001", "MIXED", ()), ("gpu-a-002", "IDLE", ("DRAIN",)), ("gpu-a-003", "FUTURE", ())]
     assert nodes["gpu-a-002"].reason == "gpufleet: Xid79 GPU-fc522a91 (remediation r-1)"

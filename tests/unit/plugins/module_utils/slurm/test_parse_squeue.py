@@ -17,8 +17,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sq
     parse_squeue_text,
 )
 
-VERSIONS = ("22.05", "24.11")
-TRAIN = {"22.05": "4", "24.11": "1"}
+VERSIONS = ("22.05", "24.11", "26.05")
+TRAIN = {"22.05": "4", "24.11": "1", "26.05": "1"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -54,9 +54,15 @@ def test_json_agrees_with_scontrol_show_job(captures, version):
     assert sorted(from_json, key=lambda job: job.job_id) == sorted(from_text, key=lambda job: job.job_id)
 
 
-def test_scontrol_show_job_json_24_11(captures):
-    assert parse_jobs_json(captures.text("24.11/scontrol_show_job.json"), "scontrol show job --json") == \
-        parse_jobs_json(captures.text("24.11/squeue.json"))
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_scontrol_show_job_json(captures, version):
+    assert parse_jobs_json(captures.text(version + "/scontrol_show_job.json"), "scontrol show job --json") == \
+        parse_jobs_json(captures.text(version + "/squeue.json"))
+
+
+def test_slurmrestd_26_05_jobs_equal_the_cli(captures):
+    assert parse_jobs_json(captures.text("26.05/rest/jobs.json"), "slurmrestd GET /jobs") == \
+        parse_jobs_json(captures.text("26.05/squeue.json"))
 
 
 def test_22_05_scontrol_show_job_has_no_json(captures):
