@@ -222,9 +222,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      description="quarantine first: fence fatal GPU nodes the moment they turn fatal")
     parser.add_argument("--config", required=True, help="path of the first responder's JSON settings")
     parser.add_argument("--check-config", action="store_true", help="validate the settings and exit")
+    parser.add_argument("--require-kubeconfig", action="store_true",
+                        help="refuse settings whose start.kubeconfig is not a file here (the lab, where it must be)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
+        kubeconfig = settings.start.get("kubeconfig")
+        if args.require_kubeconfig and not (kubeconfig and os.path.isfile(kubeconfig)):
+            # Without it the process would only retry its watch forever: say so before it starts.
+            raise FieldError("start.kubeconfig", "%s is not a file: the first responder has no cluster to watch "
+                             "(bring up the lab's Kubernetes first, or set self_healing_first_responder: false)"
+                             % (kubeconfig or "(none)"))
     except FieldError as exc:
         sys.stderr.write("config error: %s\n" % exc)
         return 2

@@ -125,6 +125,8 @@ def webhook(tmp_path_factory):
         "self_healing_webhook_keyfile": str(tls["key"]), "self_healing_playbook": str(FILES / "record-trigger.yml"),
         "self_healing_max_concurrent_actions": MAX_CONCURRENT, "self_healing_throttle_window": "5 minutes",
         "self_healing_kubeconfig": "", "self_healing_inventory_vars": {"record_dir": str(records), "record_hold_s": 3},
+        # No Kubernetes in this lab: nothing for the first responder to watch (its own tests run it).
+        "self_healing_first_responder": False,
     }
     up = role_play(work, settings)
     assert up.rc == 0, up.output[-4000:]

@@ -71,6 +71,21 @@ def test_check_config_exits_2_naming_the_field_and_0_when_good(tmp_path):
     assert "secret" not in good.stdout
 
 
+def test_require_kubeconfig_refuses_a_missing_file_naming_it(tmp_path):
+    """The lab's check: a first responder without its kubeconfig could only retry its watch forever."""
+    module = "ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.first_responder"
+    path = tmp_path / "first-responder.json"
+    missing = tmp_path / "kube" / "remediation.kubeconfig"
+    path.write_text(json.dumps({"start": dict(START, kubeconfig=str(missing))}))
+    command = [sys.executable, "-m", module, "--check-config", "--require-kubeconfig", "--config", str(path)]
+    refused = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2 and "start.kubeconfig" in refused.stderr and str(missing) in refused.stderr
+    missing.parent.mkdir()
+    missing.write_text("apiVersion: v1\nkind: Config\n")
+    accepted = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_only_the_verdicts_asked_for_start_a_run_with_the_settings_and_the_episode():
     calls, handed = [], []
     responder = Responder(Settings({"start": START}), lambda params: calls.append(params) or {
