@@ -156,7 +156,7 @@ def test_a_run_that_finds_the_first_responder_holding_the_node_waits_for_its_han
 
     # A live process stands for the first responder: a holder is alive while its PID runs.
     sleeper = subprocess.Popen(["sleep", "300"])
-    first, second = fleet.active_nodes()[4:6]
+    first, second = fleet.active_nodes()[0], fleet.active_nodes()[2]
     fault = {"action": "RESTART_BM", "xid": 79}
     try:
         def claim_as_responder(node):

@@ -128,9 +128,10 @@ def webhook(tmp_path_factory):
         # No Kubernetes in this lab: nothing for the first responder to watch (its own tests run it).
         "self_healing_first_responder": False,
     }
-    up = role_play(work, settings)
-    assert up.rc == 0, up.output[-4000:]
     try:
+        # Inside the try: a bring-up that fails half way has started processes that must stop too.
+        up = role_play(work, settings)
+        assert up.rc == 0, up.output[-4000:]
         yield Webhook(records, tls["cert"], LAB_DIR / "log" / "self-healing-eda.log")
     finally:
         down = run_playbook(["-i", str(REPO / "inventories" / "lab"), str(REPO / "playbooks" / "lab-down.yml"),
