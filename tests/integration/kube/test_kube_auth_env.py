@@ -100,7 +100,7 @@ def test_the_token_reaches_only_what_its_role_allows(lab, reader):
     """Proof that the token, not some other credential, was used: the ServiceAccount may read Nodes
     and Pods but not the remediation's ConfigMaps."""
     _output, result = run_module(lab, "remediation_breaker", {"state": "read"}, K8S_AUTH_HOST=reader["host"],
-                           K8S_AUTH_API_KEY=reader["token"], K8S_AUTH_SSL_CA_CERT=reader["ca"])
+                                 K8S_AUTH_API_KEY=reader["token"], K8S_AUTH_SSL_CA_CERT=reader["ca"])
     # 403, not 401: the server knew the caller (the ServiceAccount) and refused what its role lacks.
     assert result.get("failed") and "HTTP 403" in result["msg"], result.get("msg")
 
