@@ -42,6 +42,8 @@ class _LabStart:
             except BaseException as exc:  # raised again in the fixture, in the test's thread
                 cls.error = exc
 
+        # Named gpufleet-…, as every thread of the session's own: the unit tests' process fakes
+        # let those through (test_argspec_property.not_in_session_threads).
         cls.thread = threading.Thread(target=bring_up, name="gpufleet-lab-up", daemon=True)
         cls.thread.start()
 

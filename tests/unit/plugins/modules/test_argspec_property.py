@@ -23,11 +23,12 @@ import os
 import pkgutil
 import subprocess
 import sys
+import threading
 import traceback
 from contextlib import redirect_stdout, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from ansible.module_utils import basic
@@ -112,6 +113,22 @@ def import_every_module_util() -> None:
             importlib.import_module(found.name)
 
 
+def not_in_session_threads(fake: Callable[..., Any], real: Callable[..., Any]) -> Callable[..., Any]:
+    """The fake for the module under test, the real call for the session's own threads.
+
+    subprocess and os are process-wide: while a test here runs, the integration conftest's
+    threads (the lab's bring-up, the molecule and ansible-test runs, all named ``gpufleet-…``)
+    may start processes too, and must not get the fake (a CI run lost six molecule scenarios
+    that way). A thread a module starts has its own name and still gets the fake."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("gpufleet-"):
+            return real(*args, **kwargs)
+        return fake(*args, **kwargs)
+
+    return call
+
+
 @pytest.fixture
 def fakes(monkeypatch, tmp_path) -> Calls:
     import_every_module_util()
@@ -137,9 +154,9 @@ def fakes(monkeypatch, tmp_path) -> Calls:
         raise OSError(111, "fake: connection refused")
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(subprocess, "run", popen)
-    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setattr(subprocess, "Popen", not_in_session_threads(popen, subprocess.Popen))
+    monkeypatch.setattr(subprocess, "run", not_in_session_threads(popen, subprocess.run))
+    monkeypatch.setattr(os, "kill", not_in_session_threads(kill, os.kill))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     for name, loaded in list(sys.modules.items()):
         if not name.startswith("ansible_collections.gpufleet.resilience.plugins"):
@@ -349,3 +366,24 @@ def test_random_values_never_raise_or_write_when_refused(name, data, fakes, tmp_
     before = run_main(name, baseline(spec, tmp_path))
     problem = judge(name, option, value, tmp_path, fakes, spec, before)
     assert problem is None, "%s: %s" % (name, problem)
+
+
+def test_the_session_threads_keep_real_processes_while_a_module_gets_the_fakes(fakes) -> None:
+    # A CI run lost its molecule scenarios to these fakes: the conftest started them in its
+    # background thread while this file ran.
+    seen: Dict[str, Any] = {}
+
+    def in_thread() -> None:
+        try:
+            seen[threading.current_thread().name] = subprocess.run(["true"], check=False).returncode
+        except OSError as exc:
+            seen[threading.current_thread().name] = str(exc)
+
+    for name in ("gpufleet-background_0", "module-thread"):
+        thread = threading.Thread(target=in_thread, name=name)
+        thread.start()
+        thread.join()
+    assert seen == {"gpufleet-background_0": 0, "module-thread": "[Errno 1] fake: no process starts"}
+    assert fakes.writes == ["process (['true'],)"]
+    with pytest.raises(OSError, match="fake"):
+        subprocess.run(["true"], check=False)
