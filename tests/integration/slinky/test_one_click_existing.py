@@ -64,7 +64,9 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
 
     inventory = tmp_path_factory.mktemp("site-inventory")
     shutil.copy(REPO / "inventories" / "example" / "hosts.yml", inventory / "hosts.yml")
-    site_vars = yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / "all" / "site.yml").read_text())
+    site_vars = {}
+    for part in sorted((REPO / "inventories" / "example" / "group_vars" / "all").glob("*.yml")):
+        site_vars.update(yaml.safe_load(part.read_text()) or {})
     site_vars.update(
         kubernetes_kubeconfig=str(lab.kubeconfig),
         gpufleet_node_pools=POOLS,
