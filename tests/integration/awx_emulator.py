@@ -52,6 +52,9 @@ TYPE_NAMES = {"organizations": "organization", "credentials": "credential", "cre
               "job_templates": "job_template", "schedules": "schedule",
               "notification_templates": "notification_template", "execution_environments": "execution_environment",
               "labels": "label", "instance_groups": "instance_group"}
+# The inputs AWX's built-in credential types mark secret (never shown back): Machine, Source Control,
+# OpenShift or Kubernetes API Bearer Token.
+SECRET_INPUTS = {"password", "ssh_key_data", "ssh_key_unlock", "become_password", "bearer_token"}
 # Fields AWX fills in when a create leaves them out (the ones the modules compare or read).
 DEFAULTS = {
     "projects": {"scm_revision": "", "status": "successful", "description": "", "scm_branch": ""},
@@ -284,12 +287,18 @@ class AwxEmulator:
 
     @staticmethod
     def _shown(obj: Dict[str, Any]) -> Dict[str, Any]:
-        """An object as the API shows it: a copy, a webhook's password as $encrypted$."""
+        """An object as the API shows it: a copy, a webhook's password and a credential's secret
+        inputs as $encrypted$."""
         shown = json.loads(json.dumps(obj))
         if obj.get("type") == "notification_template":
             config = shown.get("notification_configuration") or {}
             if config.get("password"):
                 config["password"] = "$encrypted$"
+        if obj.get("type") == "credential":
+            inputs = shown.get("inputs") or {}
+            for key in SECRET_INPUTS & set(inputs):
+                if inputs[key]:
+                    inputs[key] = "$encrypted$"
         return shown
 
     # -- AWX's own checks on what the playbook sends ----------------------------------------------

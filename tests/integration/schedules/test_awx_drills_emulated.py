@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+import yaml
 from awx_emulator import API, AwxEmulator, render_webhook_body
 from lab_harness import REPO, VENV_BIN, PlaybookResult, run_playbook
 
@@ -187,3 +188,67 @@ def test_first_run_creates_everything_then_nothing_changes(emulator, tmp_path):
     assert [(r.method, r.path) for r in emulator.requests[before:] if r.method != "GET"] == []
 
     print("first run (and its checks) %.1fs; both runs %.1fs" % (first_seconds, time.monotonic() - started))
+
+
+KUBE_TOKEN = "remediation-sa-token-4e1f9a"
+
+
+def test_the_remediation_job_template_the_controller_rulebook_launches(emulator, tmp_path):
+    kube_type = emulator.seed("credential_types", name="OpenShift or Kubernetes API Bearer Token", kind="cloud")
+    slurm = emulator.seed("credentials", name="slurm-login-ssh", credential_type=1, organization=1)
+    remediation = dict(awx_drills_remediation_enabled=True, awx_drills_remediation_kube_host="https://10.0.0.1:6443",
+                       awx_drills_remediation_kube_token=KUBE_TOKEN,
+                       awx_drills_remediation_credentials=["slurm-login-ssh"],
+                       awx_drills_remediation_inventory_variables={"remediation_provider": "clusterapi"})
+
+    # Each bad setting is named before any request; a missing credential after lookups only.
+    for bad, named in ((dict(awx_drills_remediation_kube_host="http://10.0.0.1:6443"),
+                        "awx_drills_remediation_kube_host"),
+                       (dict(awx_drills_remediation_kube_token=""), "awx_drills_remediation_kube_token is required"),
+                       (dict(awx_drills_remediation_inventory_variables={"remediation_kubeconfig": "/root/admin"}),
+                        "must not set a kubeconfig")):
+        refused = apply(tmp_path, settings(emulator, **dict(remediation, **bad)))
+        assert refused.rc != 0 and named in " ".join(refused.output.split()), refused.output[-3000:]
+        assert emulator.requests == []
+    missing = apply(tmp_path, settings(emulator, **dict(remediation, awx_drills_remediation_credentials=["nope"])))
+    assert missing.rc != 0
+    assert 'awx_drills_remediation_credentials: no credential named ["nope"]' in " ".join(missing.output.split())
+    assert emulator.writes() == []
+
+    first = apply(tmp_path, settings(emulator, **remediation))
+    assert first.rc == 0, first.output[-4000:]
+    assert KUBE_TOKEN not in first.output
+    kube = emulator.find("credentials", "gpufleet remediation: kubernetes")
+    assert kube and kube["credential_type"] == kube_type["id"]
+    assert kube["inputs"] == {"host": "https://10.0.0.1:6443", "bearer_token": KUBE_TOKEN, "verify_ssl": True}
+    inventory = emulator.find("inventories", "gpufleet remediation: inventory")
+    # The job's Kubernetes access is the credential's K8S_AUTH_* variables, never a kubeconfig.
+    assert json.loads(inventory["variables"]) == {"remediation_provider": "clusterapi", "remediation_kubeconfig": ""}
+    template = emulator.find("job_templates", "gpufleet remediate node")
+    assert {k: template[k] for k in ("playbook", "inventory", "project", "allow_simultaneous", "survey_enabled",
+                                     "ask_variables_on_launch", "timeout")} == {
+        "playbook": "playbooks/remediate_node.yml", "inventory": inventory["id"],
+        "project": emulator.find("projects", "gpufleet drill: project")["id"], "allow_simultaneous": True,
+        "survey_enabled": True, "ask_variables_on_launch": False, "timeout": 7200}
+    associated = emulator.associated("job_templates", template["id"], "credentials")
+    assert sorted(associated) == sorted([kube["id"], slurm["id"]])
+    # The survey admits what the rulebook sends (extensions/eda/rulebooks/gpufleet-remediation-controller.yml).
+    rulebook = (REPO / "extensions" / "eda" / "rulebooks" / "gpufleet-remediation-controller.yml").read_text()
+    survey = {q["variable"]: q for q in emulator.surveys[template["id"]]["spec"]}
+    assert set(survey) == {"remediation_node", "remediation_trigger_encoded"}
+    assert all(variable + ":" in rulebook for variable in survey)
+    assert 'name: "{{ self_healing_job_template }}"' in rulebook
+    rulebook_default = yaml.safe_load((REPO / "roles" / "self_healing" / "defaults" / "main.yml").read_text())
+    assert rulebook_default["self_healing_job_template"] == template["name"]
+
+    # Rerun: nothing written (the stored token is not sent again) ...
+    before = len(emulator.requests)
+    second = apply(tmp_path, settings(emulator, **remediation))
+    assert second.rc == 0 and second.changed == 0, second.output[-4000:]
+    assert [(r.method, r.path) for r in emulator.requests[before:] if r.method != "GET"] == []
+    # ... unless a rotated token is to be sent.
+    rotated = apply(tmp_path, settings(emulator, **dict(remediation, awx_drills_remediation_update_secrets=True,
+                                                        awx_drills_remediation_kube_token="rotated-token-77aa")))
+    assert rotated.rc == 0 and rotated.changed == 1, rotated.output[-4000:]
+    stored = emulator.find("credentials", "gpufleet remediation: kubernetes")["inputs"]
+    assert stored["bearer_token"] == "rotated-token-77aa"
