@@ -98,7 +98,7 @@ test:
 lab: setup
 	ansible-playbook playbooks/one-click-slurm.yml
 lab-status: venv link
-	ansible-playbook playbooks/lab-status.yml
+	ansible-playbook playbooks/fleet-status.yml
 lab-down: venv link
 	ansible-playbook playbooks/lab-down.yml
 

@@ -89,11 +89,12 @@ def fleet_table(rows: Iterable[Mapping[str, Any]]) -> List[str]:
         reason = (row.get("slurm_reason") or (row.get("agent_message") if agent_unhealthy else "")
                   or (row.get("health_reason") if unhealthy else ""))
         values = dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no")
-        lines.append("".join(_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
+        lines.append("".join(table_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
     return lines
 
 
-def _cell(value: Any, width: int) -> str:
+def table_cell(value: Any, width: int) -> str:
+    """One fixed-width cell: "-" for nothing; the last column (width 0) as it is."""
     if not width:
         return "" if value is None else str(value)
     return ("-" if value is None else str(value)).ljust(width)

@@ -7,6 +7,7 @@ back is done by the session right after its bring-up (conftest) and checked here
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -82,6 +83,43 @@ def test_lab_status_shows_every_node(lab):
         line = next((ln for ln in status.output.splitlines() if name in ln and "Ready" in ln), None)
         assert line is not None, status.output[-4000:]
         assert "idle" in line and "healthy" in line, line
+
+
+def test_fleet_status_shows_quarantine_hold_and_the_remediation_under_way(lab, tmp_path):
+    # gpu-a-004 as a remediation leaves it while it runs: our taint, the hold label and the
+    # progress annotation the remediation writes (remediation/progress.py annotation()).
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import plan_for
+
+    record = progress.new_progress("r-fleet-status", "gpu-a-004", plan_for("RESTART_BM"), {}, {}, time.time(), {})
+    record["phases"] = {"fence": {"at": time.time()}}
+    kube = lab.kube()
+    before = kube.read_node("gpu-a-004")
+    kube.patch_node("gpu-a-004", {
+        "metadata": {"labels": {"gpufleet.io/remediation-hold": "true"},
+                     "annotations": {"gpufleet.io/remediation": progress.annotation(record)}},
+        "spec": {"taints": [*(before.spec.taints or []), {"key": "gpufleet.io/gpu-unhealthy", "effect": "NoSchedule"}]},
+    })
+    try:
+        out = tmp_path / "fleet.json"
+        status = lab.playbook("fleet-status.yml", extra={"fleet_status_json": str(out)})
+        assert status.rc == 0 and status.changed == 1, status.output[-4000:]  # the JSON file only
+        view = json.loads(out.read_text())
+        assert sorted(row["name"] for row in view["nodes"]) == ACTIVE
+        assert view["quarantined"] == ["gpu-a-004"] and view["held"] == ["gpu-a-004"]
+        assert [(r["node"], r["id"]) for r in view["remediations"]] == [("gpu-a-004", "r-fleet-status")]
+        assert view["breaker"]["tripped"] is False and view["drills"] == [] and view["faults"] == []
+        # Slurm is read in the lab, and the agent's verdict comes from its condition.
+        assert {row["slurm_state"] for row in view["nodes"]} == {"idle"}
+        assert {row["agent"] for row in view["nodes"]} == {"healthy"}
+        line = next(ln for ln in status.output.splitlines() if "gpu-a-004" in ln and "Ready" in ln)
+        assert line.split("gpu-a-004", 1)[1].split()[4:7] == ["yes", "yes", "r-fleet-status:"], line
+        assert "remediations under way: gpu-a-004 (r-fleet-status: RESTART_BM, at " in status.output
+    finally:
+        kube.patch_node("gpu-a-004", {
+            "metadata": {"labels": {"gpufleet.io/remediation-hold": None},
+                         "annotations": {"gpufleet.io/remediation": None}},
+            "spec": {"taints": [t.to_dict() for t in before.spec.taints or []] or None}})
 
 
 def test_bad_inventory_fails_before_anything_changes(lab):
