@@ -240,3 +240,15 @@ def test_missing_operator_crds_fail_before_anything_is_applied(lab, operator_crd
                 str(operator_crds / ("%s_alertmanagerconfigs.yaml" % GROUP)))
         name = "alertmanagerconfigs.%s" % GROUP
         wait_for(lambda: not unestablished_crds(lab, [name]), timeout=60, interval=0.5, what="%s Established" % name)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:19500/endpoint", "https://[::1]:5000/endpoint",
+                                 "http://localhost:5000/endpoint", ""])
+def test_a_receiver_alertmanager_cannot_reach_from_its_pod_is_refused_before_anything_is_applied(
+        lab, operator_crds, role, url):
+    refused = role(monitoring_name="gpufleet-loopback", monitoring_alert_webhook_url=url, monitoring_manifests_dir="")
+    said = " ".join(refused.output.split())
+    assert refused.rc != 0 and refused.changed == 0, refused.output[-3000:]
+    assert ("monitoring_alert_webhook_url (%s) is a loopback address" % url if url else
+            "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager reaches") in said, said[-3000:]
+    assert "gpufleet-loopback-alerts" not in custom_objects(lab, "prometheusrules")
