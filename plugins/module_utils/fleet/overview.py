@@ -92,4 +92,3 @@ def overview_table(view: Mapping[str, Any]) -> List[str]:
         or "none",
         "; KILL SWITCH ON (%s)" % (kill_switch.get("why") or "-") if kill_switch.get("on") else ""))
     return lines
-

@@ -207,10 +207,10 @@ def test_the_remediation_job_template_the_controller_rulebook_launches(emulator,
                        (dict(awx_drills_remediation_kube_token=""), "awx_drills_remediation_kube_token is required"),
                        (dict(awx_drills_remediation_inventory_variables={"remediation_kubeconfig": "/root/admin"}),
                         "must not set a kubeconfig")):
-        refused = apply(tmp_path, settings(emulator, **dict(remediation, **bad)))
+        refused = apply(tmp_path, settings(emulator, **{**remediation, **bad}))
         assert refused.rc != 0 and named in " ".join(refused.output.split()), refused.output[-3000:]
         assert emulator.requests == []
-    missing = apply(tmp_path, settings(emulator, **dict(remediation, awx_drills_remediation_credentials=["nope"])))
+    missing = apply(tmp_path, settings(emulator, **{**remediation, "awx_drills_remediation_credentials": ["nope"]}))
     assert missing.rc != 0
     assert 'awx_drills_remediation_credentials: no credential named ["nope"]' in " ".join(missing.output.split())
     assert emulator.writes() == []
@@ -247,8 +247,8 @@ def test_the_remediation_job_template_the_controller_rulebook_launches(emulator,
     assert second.rc == 0 and second.changed == 0, second.output[-4000:]
     assert [(r.method, r.path) for r in emulator.requests[before:] if r.method != "GET"] == []
     # ... unless a rotated token is to be sent.
-    rotated = apply(tmp_path, settings(emulator, **dict(remediation, awx_drills_remediation_update_secrets=True,
-                                                        awx_drills_remediation_kube_token="rotated-token-77aa")))
+    rotated = apply(tmp_path, settings(emulator, **{**remediation, "awx_drills_remediation_update_secrets": True,
+                                                    "awx_drills_remediation_kube_token": "rotated-token-77aa"}))
     assert rotated.rc == 0 and rotated.changed == 1, rotated.output[-4000:]
     stored = emulator.find("credentials", "gpufleet remediation: kubernetes")["inputs"]
     assert stored["bearer_token"] == "rotated-token-77aa"
