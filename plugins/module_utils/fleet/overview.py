@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.status import fleet_status, table_cell
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import ANNOTATION
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.status import fixed_width, fleet_status
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import (
+    ANNOTATION,
+    QUARANTINE_TAINT,
+)
 
-# The remediation's defaults (kube/quarantine.py DEFAULT_TAINT_KEY, roles/remediation
-# remediation_hold_label); a site that changed them passes its own.
-QUARANTINE_TAINT = "gpufleet.io/gpu-unhealthy"
+# roles/remediation's remediation_hold_label; a site that changed it (or the taint) passes its own.
 HOLD_LABEL = "gpufleet.io/remediation-hold"
 
 TABLE_COLUMNS = (("NODE", "name", 14), ("POOL", "pool", 8), ("K8S", "k8s", 9), ("SLURM", "slurm_state", 11),
@@ -42,7 +43,7 @@ def _remediation(node: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
 def overview(nodes: Iterable[Mapping[str, Any]], slurm_nodes: Iterable[Any], breaker: Optional[Mapping[str, Any]],
              ledger: Optional[Mapping[str, Any]], quarantine_taint: str = QUARANTINE_TAINT,
              hold_label: str = HOLD_LABEL) -> Dict[str, Any]:
-    """One dict for machines (fleet-status.yml -e fleet_status_format=json) and for the table."""
+    """One dict for machines (fleet-status.yml -e fleet_status_json=PATH) and for the table."""
     nodes = list(nodes)
     by_name = {(node.get("metadata") or {}).get("name"): node for node in nodes}
     rows = []
@@ -71,10 +72,8 @@ def overview(nodes: Iterable[Mapping[str, Any]], slurm_nodes: Iterable[Any], bre
 
 def overview_table(view: Mapping[str, Any]) -> List[str]:
     """Lines for a terminal: one per node, then the breaker, the drills and the faults."""
-    lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS).rstrip()]
-    for row in view["nodes"]:
-        values = dict(row, quarantined="yes" if row["quarantined"] else "no", held="yes" if row["held"] else "no")
-        lines.append("".join(table_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
+    lines = fixed_width(TABLE_COLUMNS, [dict(row, quarantined="yes" if row["quarantined"] else "no",
+                                             held="yes" if row["held"] else "no") for row in view["nodes"]])
     breaker = view.get("breaker") or {}
     if breaker.get("tripped"):
         lines.append("breaker: OPEN since %s: %s; refused: %s" % (

@@ -79,18 +79,26 @@ TABLE_COLUMNS = (("NODE", "name", 12), ("K8S", "k8s", 9), ("CORDONED", "cordoned
                  ("GPUS", "gpus_seen", 5), ("HEALTH", "health", 9), ("AGENT", "agent", 9), ("REASON", "reason", 0))
 
 
+def fixed_width(columns: Iterable[Any], rows: Iterable[Mapping[str, Any]]) -> List[str]:
+    """A header of the columns' titles, then one line per row: (title, key, width) each, the last
+    column (width 0) as long as it is."""
+    columns = list(columns)
+    lines = ["".join(title.ljust(width) if width else title for title, _key, width in columns).rstrip()]
+    lines.extend("".join(table_cell(row.get(key), width) for _title, key, width in columns).rstrip() for row in rows)
+    return lines
+
+
 def fleet_table(rows: Iterable[Mapping[str, Any]]) -> List[str]:
     """Fixed-width lines for a terminal: a header, then one line per node."""
-    lines = ["".join(title.ljust(width) if width else title for title, _key, width in TABLE_COLUMNS).rstrip()]
+    shown = []
     for row in rows:
         # The Slurm reason says why a node is out; else the agent's (or the check's) when unhealthy.
         unhealthy = row.get("health") not in (None, "healthy")
         agent_unhealthy = row.get("agent") not in (None, "healthy")
         reason = (row.get("slurm_reason") or (row.get("agent_message") if agent_unhealthy else "")
                   or (row.get("health_reason") if unhealthy else ""))
-        values = dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no")
-        lines.append("".join(table_cell(values.get(key), width) for _title, key, width in TABLE_COLUMNS).rstrip())
-    return lines
+        shown.append(dict(row, reason=reason or "", cordoned="yes" if row.get("cordoned") else "no"))
+    return fixed_width(TABLE_COLUMNS, shown)
 
 
 def table_cell(value: Any, width: int) -> str:

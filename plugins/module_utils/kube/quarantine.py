@@ -31,9 +31,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes imp
     clean_taint,
     taint_key,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import QUARANTINE_TAINT
 
 QUARANTINE_ANNOTATION = "gpufleet.io/quarantine"
-DEFAULT_TAINT_KEY = "gpufleet.io/gpu-unhealthy"
+DEFAULT_TAINT_KEY = QUARANTINE_TAINT
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 OURS = "gpufleet"  # we cordoned / tainted the node
 ALREADY = "already"  # it was so before us: the rollback leaves it

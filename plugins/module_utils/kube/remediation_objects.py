@@ -22,6 +22,8 @@ NODE_PREFIX = PROGRESS_PREFIX + "node-"
 SINGLETONS = (BREAKER_NAME, HISTORY_NAME)
 PROGRESS_KEY = "progress"
 ANNOTATION = "gpufleet.io/remediation"
+# The taint a quarantine puts on the node by default (kube/quarantine.py); fleet status reads it.
+QUARANTINE_TAINT = "gpufleet.io/gpu-unhealthy"
 MAX_NAME = 253  # an object name is a DNS subdomain
 
 
