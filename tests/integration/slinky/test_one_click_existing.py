@@ -79,8 +79,9 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
         # This cluster runs no Prometheus Operator; the `existing` monitoring backend is tested
         # against the Operator's CRDs in tests/integration/monitoring/test_operator_objects.py.
         monitoring_backend="none",
-        # This control host runs no systemd, which the self_healing role's backend here (systemd)
-        # needs; its unit is checked with systemd-analyze in tests/integration/remediation.
+        # The self_healing role's backend here (kubernetes) needs the decision environment image,
+        # which this lab has not built; off, the role deletes its (absent) objects. The backend is
+        # tested in tests/integration/remediation/test_self_healing_in_cluster.py.
         self_healing_enabled=False,
     )
     (inventory / "group_vars" / "all").mkdir(parents=True)
