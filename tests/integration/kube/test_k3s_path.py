@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import pytest
 import yaml
-from lab_harness import REPO, VENV_BIN, PlaybookResult, run_playbook
+from lab_harness import REPO, VENV_BIN
+from shipped_inventory import copy_inventory, play
 
 pytestmark = pytest.mark.integration
 
@@ -30,20 +31,7 @@ SITE = {
 
 
 def inventory(tmp_path: Path, **overrides: Any) -> Path:
-    copy = tmp_path / ("inventory-%d" % len(list(tmp_path.glob("inventory-*"))))
-    shutil.copytree(REPO / "inventories" / "k3s", copy)
-    site = copy / "group_vars" / "all" / "site.yml"
-    values: Dict[str, Any] = yaml.safe_load(site.read_text())
-    values.update(SITE, **overrides)
-    site.write_text(yaml.safe_dump(values))
-    return copy
-
-
-def play(inventory_dir: Path, playbook: Path, *args: str) -> PlaybookResult:
-    env = dict(os.environ, PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""),
-               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", HOME=str(inventory_dir))
-    return run_playbook([str(playbook), "-i", str(inventory_dir), *args], env, timeout=300)
+    return copy_inventory(tmp_path, "k3s", dict(SITE, **overrides))
 
 
 def test_the_shipped_inventory_passes_every_check_and_stops_at_the_cluster(tmp_path):

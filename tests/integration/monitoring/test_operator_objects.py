@@ -101,7 +101,8 @@ def role(lab, tmp_path_factory):
                      monitoring_manifests_dir=str(manifests))
 
     def run(*args: str, **extra) -> PlaybookResult:
-        variables = dict(base_vars, **extra)
+        # None leaves a variable to its role default.
+        variables = {key: value for key, value in dict(base_vars, **extra).items() if value is not None}
         return run_playbook(["-i", "localhost,", str(playbook), "-e", json.dumps(variables), *args], lab.env())
 
     run.manifests = manifests
@@ -252,3 +253,26 @@ def test_a_receiver_alertmanager_cannot_reach_from_its_pod_is_refused_before_any
     assert ("monitoring_alert_webhook_url (%s) is a loopback address" % url if url else
             "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager reaches") in said, said[-3000:]
     assert "gpufleet-loopback-alerts" not in custom_objects(lab, "prometheusrules")
+
+
+@pytest.mark.parametrize("self_healing, url", [
+    ({"kubernetes_backend": "existing", "self_healing_namespace": "gpufleet-eda"},
+     "http://gpufleet-self-healing.gpufleet-eda.svc:19500/endpoint"),
+    ({"self_healing_backend": "kubernetes", "self_healing_webhook_port": 5000},
+     "http://gpufleet-self-healing.gpufleet-system.svc:5000/endpoint"),
+    ({"kubernetes_backend": "existing", "self_healing_backend": "systemd"}, None),
+    ({"kubernetes_backend": "existing", "self_healing_enabled": False}, None),
+], ids=["default-backend", "port", "systemd", "self-healing-off"])
+def test_the_receiver_defaults_to_the_in_cluster_rulebooks_service(lab, operator_crds, role, self_healing, url):
+    # No monitoring_alert_webhook_url: the self_healing role's kubernetes backend names the Service
+    # (roles/self_healing/vars/main.yml, self_healing__kube_name); any other backend has no default.
+    done = role(monitoring_name="gpufleet-derived", monitoring_alert_webhook_url=None, monitoring_manifests_dir="",
+                **self_healing)
+    said = " ".join(done.output.split())
+    if url is None:
+        assert done.rc != 0 and done.changed == 0, done.output[-3000:]
+        assert "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager" in said, said[-3000:]
+        return
+    assert done.rc == 0, done.output[-3000:]
+    route = custom_objects(lab, "alertmanagerconfigs", "v1alpha1")["gpufleet-derived-self-healing"]["spec"]
+    assert route["receivers"][0]["webhookConfigs"] == [{"url": url, "sendResolved": True}]

@@ -69,6 +69,8 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
         site_vars.update(yaml.safe_load(part.read_text()) or {})
     site_vars.update(
         kubernetes_kubeconfig=str(lab.kubeconfig),
+        # REQUIRED in the example; kwok plays the pods, so nothing pulls it.
+        health_agent_daemonset_image="localhost/gpufleet-health-agent:test",
         gpufleet_node_pools=POOLS,
         slurm_slinky_chart_source="local",
         slurm_slinky_chart_dir=CHARTS,
