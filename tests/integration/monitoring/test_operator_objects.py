@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import yaml
@@ -28,9 +29,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
 OPERATOR_VERSION = "v0.85.0"
-CRDS = ("prometheusrules", "podmonitors", "alertmanagerconfigs")
+CRDS = ("prometheusrules", "podmonitors", "alertmanagerconfigs", "prometheuses", "alertmanagers")
 GROUP = "monitoring.coreos.com"
 NAMESPACE = "gpufleet-monitoring-test"
+# Where the site's Prometheus and Alertmanager resources live (kube-prometheus-stack's defaults:
+# its release label, every namespace). No Operator runs: only their selectors are read.
+STACK_NAMESPACE = "gpufleet-monitoring-stack-test"
+RELEASE = {"release": "kube-prometheus-stack"}
+STACK = {
+    "prometheuses": {"apiVersion": GROUP + "/v1", "kind": "Prometheus",
+                     "metadata": {"name": "kps", "namespace": STACK_NAMESPACE},
+                     "spec": {"ruleSelector": {"matchLabels": RELEASE}, "ruleNamespaceSelector": {},
+                              "podMonitorSelector": {"matchLabels": RELEASE}, "podMonitorNamespaceSelector": {}}},
+    "alertmanagers": {"apiVersion": GROUP + "/v1", "kind": "Alertmanager",
+                      "metadata": {"name": "kps", "namespace": STACK_NAMESPACE},
+                      "spec": {"alertmanagerConfigSelector": {"matchLabels": RELEASE},
+                               "alertmanagerConfigNamespaceSelector": {}}},
+}
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 RULES = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.yml"
 DASHBOARD = REPO / "roles" / "monitoring" / "files" / "dashboards" / "gpufleet-fleet.json"
@@ -81,9 +96,15 @@ def operator_crds(lab):
     names = ["%s.%s" % (plural, GROUP) for plural in CRDS]
     wait_for(lambda: not unestablished_crds(lab, names), timeout=60, interval=0.5,
              what="the CRDs %s Established" % names)
+    lab.kube().create_namespace({"metadata": {"name": STACK_NAMESPACE}})
+    api = client.CustomObjectsApi(lab.kube().api_client)
+    for plural, body in STACK.items():
+        api.create_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, body)
     yield crd_dir
     # Leave the lab as it was for the other tests.
-    kubectl(lab, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
+    for namespace in (NAMESPACE, STACK_NAMESPACE):
+        kubectl(lab, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s",
+                check=False)
     for plural in CRDS:
         kubectl(lab, "delete", "crd", "%s.%s" % (plural, GROUP), "--ignore-not-found", check=False)
 
@@ -113,6 +134,11 @@ def custom_objects(lab, plural: str, version: str = "v1") -> dict:
     api = client.CustomObjectsApi(lab.kube().api_client)
     listed = api.list_namespaced_custom_object(GROUP, version, NAMESPACE, plural)
     return {item["metadata"]["name"]: item for item in listed["items"]}
+
+
+def webhook_configs(alertmanager_config_spec: dict) -> list:
+    receivers = {r["name"]: r for r in alertmanager_config_spec["receivers"]}
+    return receivers["gpufleet-self-healing"]["webhookConfigs"]
 
 
 def namespace_exists(lab) -> bool:
@@ -216,8 +242,12 @@ def test_the_objects_carry_the_rules_scrape_and_route(lab, operator_crds, role):
     assert route["route"]["matchers"] == [{"name": "component", "value": "gpufleet", "matchType": "="}]
     assert route["route"]["groupBy"] == ["alertname", "node"]
     assert route["route"]["groupWait"] == "30s"
-    assert route["receivers"][0]["webhookConfigs"] == [
+    assert webhook_configs(route) == [
         {"url": "http://self-healing.gpufleet-system.svc:5000/endpoint", "sendResolved": True}]
+    # Fleet-wide alerts (no node) go to a receiver of their own, never to the remediation webhook.
+    assert route["route"]["routes"] == [{"receiver": "gpufleet-fleet", "groupBy": ["alertname"],
+                                         "matchers": [{"name": "scope", "value": "fleet", "matchType": "="}]}]
+    assert {"name": "gpufleet-fleet"} in route["receivers"]
 
     dashboard = lab.kube().read_namespaced_config_map("gpufleet-dashboard", NAMESPACE)
     assert dashboard.metadata.labels["grafana_dashboard"] == "1"
@@ -275,4 +305,75 @@ def test_the_receiver_defaults_to_the_in_cluster_rulebooks_service(lab, operator
         return
     assert done.rc == 0, done.output[-3000:]
     route = custom_objects(lab, "alertmanagerconfigs", "v1alpha1")["gpufleet-derived-self-healing"]["spec"]
-    assert route["receivers"][0]["webhookConfigs"] == [{"url": url, "sendResolved": True}]
+    assert webhook_configs(route) == [{"url": url, "sendResolved": True}]
+
+
+def test_a_label_the_role_stops_setting_is_removed(lab, operator_crds, role):
+    # Server-side apply owns the fields the role writes: one it no longer writes goes. (A merge
+    # patch, which the k8s module makes when `apply` is off, would leave it.)
+    labels = {"release": "kube-prometheus-stack", "team": "gpu-infra"}
+    first = role(monitoring_name="gpufleet-owned", monitoring_resource_labels=labels, monitoring_manifests_dir="")
+    assert first.rc == 0, first.output[-3000:]
+    assert custom_objects(lab, "prometheusrules")["gpufleet-owned-alerts"]["metadata"]["labels"]["team"] == "gpu-infra"
+    second = role(monitoring_name="gpufleet-owned", monitoring_manifests_dir="")
+    assert second.rc == 0, second.output[-3000:]
+    kept = custom_objects(lab, "prometheusrules")["gpufleet-owned-alerts"]["metadata"]["labels"]
+    assert "team" not in kept and kept["release"] == "kube-prometheus-stack", kept
+
+
+@pytest.fixture
+def stack(lab, operator_crds):
+    """The site's Prometheus and Alertmanager, changed by a test and put back after it."""
+    api = client.CustomObjectsApi(lab.kube().api_client)
+
+    def replace(plural: str, spec: Optional[dict]) -> None:
+        if spec is None:
+            api.delete_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, "kps")
+            return
+        current = api.get_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, "kps")
+        current["spec"] = spec
+        api.replace_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, "kps", current)
+
+    yield replace
+    for plural, body in STACK.items():
+        try:
+            replace(plural, body["spec"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            api.create_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, body)
+
+
+def prometheus_spec(**changes) -> dict:
+    return dict(STACK["prometheuses"]["spec"], **changes)
+
+
+@pytest.mark.parametrize("settings, prometheus, alertmanager, named", [
+    ({"monitoring_resource_labels": {}}, None, None,
+     "PrometheusRule gpufleet-monitoring-test/gpufleet-rule-labels-alerts is selected by no Prometheus: Prometheus "
+     "gpufleet-monitoring-stack-test/kps selects by ruleSelector release=kube-prometheus-stack, which the labels {"),
+    ({}, prometheus_spec(ruleNamespaceSelector=None), None,
+     "has no ruleNamespaceSelector, so it looks in its own namespace gpufleet-monitoring-stack-test only"),
+    ({}, prometheus_spec(podMonitorSelector=None), None, "has no podMonitorSelector (null selects no PodMonitor)"),
+    ({}, None, {"alertmanagerConfigSelector": {"matchLabels": {"alertmanagerConfig": "gpufleet"}}},
+     "selects by alertmanagerConfigSelector alertmanagerConfig=gpufleet, which the labels {"),
+    ({}, "absent", None, "the cluster has no Prometheus resource (monitoring.coreos.com/v1) to pick it up"),
+], ids=["rule-labels", "rule-namespace", "podmonitor-null", "alertmanager-labels", "no-prometheus"])
+def test_objects_the_operator_would_ignore_are_refused_naming_the_selector(
+        lab, operator_crds, role, stack, settings, prometheus, alertmanager, named, request):
+    name = "gpufleet-" + request.node.callspec.id
+    if prometheus is not None:
+        # None in the spec: the selector left out (null), which is not {} (everything).
+        spec = None if prometheus == "absent" else {key: sel for key, sel in prometheus.items() if sel is not None}
+        stack("prometheuses", spec)
+    if alertmanager is not None:
+        stack("alertmanagers", alertmanager)
+    refused = role(monitoring_name=name, monitoring_manifests_dir="", **settings)
+    said = " ".join(refused.output.split())
+    assert refused.rc != 0 and refused.changed == 0, refused.output[-3000:]
+    assert named in said and "Set monitoring_resource_labels" in said, said[-3000:]
+    assert name + "-alerts" not in custom_objects(lab, "prometheusrules")
+    # The site that knows better turns the check off, and the objects go in.
+    unchecked = role(monitoring_name=name, monitoring_manifests_dir="", monitoring_check_selection=False, **settings)
+    assert unchecked.rc == 0, unchecked.output[-3000:]
+    assert name + "-alerts" in custom_objects(lab, "prometheusrules")

@@ -67,12 +67,33 @@ def test_every_alert_has_a_firing_and_a_silent_test(alert):
     assert silent, "%s: no test in %s where it must stay silent (exp_alerts: [])" % (alert, RULES_TEST.name)
 
 
+def fleet_wide(rule) -> bool:
+    """An alert about the whole fleet (scope="fleet"): it names no node, and the Alertmanager
+    configurations route it away from the remediation webhook."""
+    return rule["labels"].get("scope") == "fleet"
+
+
+FLEET_ALERTS = {rule["alert"] for rule in alert_rules() if fleet_wide(rule)}
+
+
 def test_every_expected_alert_names_its_node():
     for test in rule_tests():
         for case in test["alert_rule_test"]:
             for expected in case.get("exp_alerts") or []:
+                if case["alertname"] in FLEET_ALERTS:
+                    assert "node" not in expected["exp_labels"] and expected["exp_labels"]["scope"] == "fleet"
+                    continue
                 assert expected["exp_labels"].get("node"), "%s: %s fires without a node label" % (
                     test["name"], case["alertname"])
+
+
+def test_fleet_wide_alerts_are_the_ones_that_cannot_name_a_node():
+    assert {"GpufleetAgentsAbsent"} == FLEET_ALERTS
+    for rule in alert_rules():
+        if fleet_wide(rule):
+            # absent() of a selector keeps only its equality labels: no node, whatever the series had.
+            assert rule["expr"].startswith("absent("), rule["expr"]
+            assert "fleet" in rule["annotations"]["summary"]
 
 
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: rule["alert"])
@@ -82,8 +103,9 @@ def test_every_alert_is_labelled_and_documented(rule):
     assert "for" in rule, "every alert states its `for` (0s included)"
     annotations = rule["annotations"]
     assert set(annotations) == {"summary", "description", "runbook_url"}
-    # The receiver and a human both need the node in the text.
-    assert "$labels.node" in annotations["summary"] and "$labels.node" in annotations["description"]
+    # The receiver and a human both need the node in the text (a fleet-wide alert has none).
+    names_node = "$labels.node" in annotations["summary"] and "$labels.node" in annotations["description"]
+    assert fleet_wide(rule) or names_node
     # Per-GPU alerts name the GPU; node-level ones list the node's GPUs in the description.
     assert "$labels.gpu" in annotations["summary"] or "gpufleet_gpu_health" in annotations["description"] \
         or rule["alert"].startswith("GpufleetAgent")
