@@ -66,6 +66,18 @@ options:
         C(enabled) (true).
     type: dict
     default: {}
+  neighbours:
+    description:
+      - The marks other remediators put on a node they are working on. A node that carries one is not remediated -
+        nothing is claimed, fenced or written - and the result has RV(skip=neighbour) naming the mark, so that two
+        remediators never act on one node.
+      - Each entry has C(owner) (who, for the message) and exactly one of C(label), C(taint), C(annotation) (the key
+        present) or C(condition) (a node condition type, counted when its status is V(True)), and optionally
+        C(value), which the label, taint, annotation or condition status must then equal.
+      - Omitted, the known ones - NVSentinel's label C(dgxc.nvidia.com/nvsentinel-state) and annotation
+        C(quarantineHealthEvent), draino's condition C(DrainScheduled). V([]) acts beside any remediator.
+    type: list
+    elements: dict
   lease:
     description: Seconds after which a remediation held by a process on another host counts as abandoned.
     type: float
@@ -138,7 +150,8 @@ RETURN = r"""
 skip:
   description:
     - Why nothing is to be done, or null. V(duplicate) - another run holds the node; V(healthy) - its condition is
-      True; V(gone) - the Node is gone after a finished remediation replaced it.
+      True; V(gone) - the Node is gone after a finished remediation replaced it; V(neighbour) - another remediator's
+      mark is on the node (O(neighbours)).
   type: str
   returned: always
 id:
@@ -146,6 +159,12 @@ id:
   type: str
   returned: unless skipped as healthy
   sample: r-20261130T031502-gpu-a-003-1a2b3c
+neighbours:
+  description: With RV(skip=neighbour), the other remediators' marks found on the node.
+  type: list
+  elements: str
+  returned: when skipped as neighbour
+  sample: ["NVSentinel: label dgxc.nvidia.com/nvsentinel-state=quarantined"]
 resumed:
   description: True when an unfinished remediation is resumed.
   type: bool
@@ -212,6 +231,7 @@ def argspec():
         breaker=dict(type="dict", default={}),
         escalation=dict(type="dict", default={}),
         lease=dict(type="float", default=1800.0),
+        neighbours=dict(type="list", elements="dict"),
         namespace=dict(type="str", default="gpufleet-system"),
         pool_selector=dict(type="str", default="gpufleet.io/pool"),
         alertmanager_url=dict(type="str"),

@@ -43,7 +43,7 @@ def why_not_selected(owner: Mapping[str, Any], kind: str, labels: Mapping[str, s
                      namespace_labels: Mapping[str, str]) -> Optional[str]:
     """None if `owner` (a Prometheus or Alertmanager) selects an object of `kind` with `labels` in
     `namespace`; else the reason, naming the selector."""
-    _, object_field, namespace_field = SELECTED_BY[kind]
+    object_field, namespace_field = SELECTED_BY[kind][1:]
     spec = owner.get("spec") or {}
     where = "%s %s" % (owner.get("kind", "resource"), _ref(owner))
     selector = spec.get(object_field)

@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1_for, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
-from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import notify
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import neighbours, notify
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import record as records
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.breaker import BreakerPolicy
@@ -65,6 +65,7 @@ def policy_from(params: Mapping[str, Any]) -> Policy:
         breaker=BreakerPolicy.from_dict(params.get("breaker")),
         escalation=EscalationPolicy.from_dict(params.get("escalation")),
         lease_s=1800.0 if params.get("lease") is None else float(params["lease"]),
+        neighbours=neighbours.parse(params.get("neighbours")),
     )
 
 

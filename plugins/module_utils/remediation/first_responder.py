@@ -48,8 +48,8 @@ LOG = logging.getLogger("gpufleet.first_responder")
 VERDICTS = ("fatal", "degraded")
 # The keys of remediation_start that the first responder passes on; node and trigger are its own,
 # notify is the playbook's (it follows the opt-out check's order there).
-START_KEYS = ("namespace", "kubeconfig", "context", "plans", "breaker", "escalation", "lease", "pool_selector",
-              "alertmanager_url", "fence", "kube_connect_timeout", "kube_read_timeout")
+START_KEYS = ("namespace", "kubeconfig", "context", "plans", "breaker", "escalation", "lease", "neighbours",
+              "pool_selector", "alertmanager_url", "fence", "kube_connect_timeout", "kube_read_timeout")
 FENCE_KEYS = ("slurm_conf", "bin_dir", "timeout", "taint_key")
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
@@ -37,6 +37,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediati
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import breaker as breaker_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import escalation as escalation_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import holder as holders
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import neighbours as neighbour_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.fault import (
     Fault,
@@ -62,6 +63,8 @@ class Policy:
     breaker: breaker_rules.BreakerPolicy = field(default_factory=breaker_rules.BreakerPolicy)
     escalation: escalation_rules.EscalationPolicy = field(default_factory=escalation_rules.EscalationPolicy)
     lease_s: float = 1800.0
+    # Marks of other remediators: a node that carries one is not ours to act on.
+    neighbours: Tuple[neighbour_rules.Marker, ...] = neighbour_rules.KNOWN
 
 
 class RemediationStore:
@@ -144,6 +147,18 @@ class RemediationStore:
                 "node": node,
                 "message": "node %s reports GpuHealthy=%s (%s): nothing to remediate"
                 % (node, condition.get("status", "absent"), condition.get("message", "no condition")),
+            }
+        # Another remediator is working on the node: two never act on one node. Nothing is claimed,
+        # fenced or written; the fault stays, and a later trigger finds the node again.
+        beside = neighbour_rules.found_on(node_obj, self.policy.neighbours)
+        if beside:
+            return {
+                "skip": "neighbour",
+                "node": node,
+                "neighbours": beside,
+                "message": "node %s is being worked on by another remediator (%s): not remediated. When that is done, "
+                "or to act beside it, remove its mark or take it off remediation_neighbours"
+                % (node, "; ".join(beside)),
             }
 
         remediation_id = progress_rules.new_id(node, now, str(me.get("pid")))

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from agent_probe import AgentProbe, wait_for
-from remediation_probe import NAMESPACE, Fleet
+from remediation_probe import NAMESPACE
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import holder
 
@@ -26,14 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 MODULE = "ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.first_responder"
 TAINT = "gpufleet.io/gpu-unhealthy"
-
-
-@pytest.fixture()
-def fleet(lab):
-    fleet = Fleet(lab)
-    fleet.reset_state()
-    yield fleet
-    fleet.reset_state()
 
 
 @pytest.fixture()

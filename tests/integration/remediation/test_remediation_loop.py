@@ -25,14 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab]
 REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record"]
 
 
-@pytest.fixture()
-def fleet(lab):
-    fleet = Fleet(lab)
-    fleet.reset_state()
-    yield fleet
-    fleet.reset_state()
-
-
 def inject(lab, node, *xids, gpu=2):
     probe = AgentProbe(lab, node)
     for xid in xids:

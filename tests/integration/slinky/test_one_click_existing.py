@@ -49,6 +49,14 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
     """
     api = lab.kube()
     api_client = api.api_client
+    # The playbook, told this is an existing cluster, binds the agents' role to their
+    # ServiceAccount only: the lab's agent processes (a group of the lab CA) lose their binding.
+    # Kept here and put back afterwards.
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    bindings = [binding for binding in rbac.list_cluster_role_binding().items
+                if binding.metadata.name.startswith("gpufleet:")]
+    role_bindings = [binding for binding in rbac.list_role_binding_for_all_namespaces().items
+                     if binding.metadata.name.startswith("gpufleet:")]
     for name, group in GROUPS.items():
         api.create_node({
             "apiVersion": "v1", "kind": "Node",
@@ -106,6 +114,11 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
     _ignore_missing(client.StorageV1Api(core.api_client).delete_storage_class, "standard")
     for namespace in NAMESPACES:
         _ignore_missing(core.delete_namespace, namespace)
+    for binding in bindings:
+        rbac.patch_cluster_role_binding(binding.metadata.name, {"subjects": binding.subjects})
+    for binding in role_bindings:
+        rbac.patch_namespaced_role_binding(binding.metadata.name, binding.metadata.namespace,
+                                           {"subjects": binding.subjects})
 
 
 def _ignore_missing(call, *args):

@@ -40,7 +40,7 @@ def instructions() -> List[Tuple[str, str]]:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
+            word, rest = (line.split(" ", 1) + [""])[:2]
             found.append((word.upper(), rest.strip()))
     return found
 
@@ -138,14 +138,14 @@ def agent_closure() -> Tuple[Dict[str, Optional[Path]], Set[str]]:
 
 
 def test_every_module_the_agent_imports_is_copied_into_the_image():
-    modules, _ = agent_closure()
+    modules = agent_closure()[0]
     assert len(modules) > 10, sorted(modules)  # the walk followed the agent's imports
     missing = sorted(name for name, path in modules.items() if path is None)
     assert not missing, "the agent imports modules its Containerfile does not COPY: %s" % missing
 
 
 def test_everything_else_it_imports_is_the_standard_library_or_installed():
-    _, others = agent_closure()
+    others = agent_closure()[1]
     foreign = sorted(others - set(sys.stdlib_module_names) - pip_modules())
     # Ansible above all: the image has none, and the agent must not need it.
     assert not foreign, "the agent imports packages the image does not install: %s" % foreign
@@ -155,7 +155,7 @@ def test_the_walk_would_see_a_module_left_out(monkeypatch):
     # The check can fail: with the COPY narrowed to the agent package alone, its siblings are missing.
     narrowed = [(source / "agent", destination + "/agent") for source, destination in copies()]
     monkeypatch.setattr(sys.modules[__name__], "copies", lambda: narrowed)
-    modules, _ = agent_closure()
+    modules = agent_closure()[0]
     assert any(path is None for path in modules.values())
 
 
