@@ -89,7 +89,7 @@ def place_labels(marks: List[Tuple[float, str]]) -> List[Tuple[float, str, int, 
     return placed
 
 
-def _text(x: float, y: float, value: Any, size: int = 11, anchor: str = "start", extra: str = "") -> str:
+def text(x: float, y: float, value: Any, size: int = 11, anchor: str = "start", extra: str = "") -> str:
     return '<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s"%s>%s</text>' % (
         x, y, size, anchor, extra, esc(value))
 
@@ -108,12 +108,12 @@ def _events(timed, axis_y: float, placed) -> List[str]:
             "%s at %+.1f s: %s" % (name, offset, event.get("detail") or ""))))
         labels.append('<circle cx="%.1f" cy="%.1f" r="5" fill="%s" stroke="#ffffff" stroke-width="1.5"/>' % (
             x, axis_y, colour))
-        labels.append(_text(x + (3 if anchor == "start" else -3), baseline, label, anchor=anchor, extra=(
+        labels.append(text(x + (3 if anchor == "start" else -3), baseline, label, anchor=anchor, extra=(
             ' fill="%s" stroke="#ffffff" stroke-width="3" paint-order="stroke"' % colour)) + "</g>")
     return lines + labels
 
 
-def _axis(scale: Scale, axis_y: float) -> List[str]:
+def axis(scale: Scale, axis_y: float) -> List[str]:
     parts = ['<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333333" stroke-width="1.5"/>' % (
         LEFT, axis_y, RIGHT, axis_y)]
     step = nice_step(scale.end - scale.start, most=8)
@@ -121,7 +121,7 @@ def _axis(scale: Scale, axis_y: float) -> List[str]:
     while tick <= scale.end + 1e-9:
         x = scale.x(tick)
         parts.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333333"/>' % (x, axis_y, x, axis_y + 5))
-        parts.append(_text(x, axis_y + 17, "%g s" % round(tick, 6), size=10, anchor="middle", extra=' fill="#555555"'))
+        parts.append(text(x, axis_y + 17, "%g s" % round(tick, 6), size=10, anchor="middle", extra=' fill="#555555"'))
         tick += step
     return parts
 
@@ -145,7 +145,7 @@ def _bars(doc: Mapping[str, Any], scale: Scale, top: float) -> List[str]:
         name = str(step.get("step"))
         deadline, seen = document.number(step.get("deadline_s")), document.step_elapsed(doc, step)
         parts.append('<g class="step step-%s verdict-%s">' % (esc(name), esc(verdict)))
-        parts.append(_text(8, y + 10, document.STEP_TITLES.get(name, name), extra=' fill="#222222"'))
+        parts.append(text(8, y + 10, document.STEP_TITLES.get(name, name), extra=' fill="#222222"'))
         if deadline is not None:
             parts.append('<rect x="%.1f" y="%.1f" width="%.1f" height="12" rx="2" fill="%s" stroke="%s"/>' % (
                 scale.x(0.0), y, max(scale.x(deadline) - scale.x(0.0), 1.0), fill, ink))
@@ -154,7 +154,7 @@ def _bars(doc: Mapping[str, Any], scale: Scale, top: float) -> List[str]:
         if seen is not None:
             parts.append('<rect x="%.1f" y="%.1f" width="3" height="18" fill="%s"/>' % (
                 scale.x(seen) - 1.5, y - 3, ink))
-        parts.append(_text(LABELS_X, y + 10, _bar_label(verdict, seen, deadline), extra=' fill="%s"' % ink))
+        parts.append(text(LABELS_X, y + 10, _bar_label(verdict, seen, deadline), extra=' fill="%s"' % ink))
         parts.append("</g>")
     return parts
 
@@ -177,11 +177,11 @@ def render(doc: Mapping[str, Any]) -> str:
             WIDTH, height, WIDTH, height, esc("Timeline of " + document.title(doc))),
         "<title>%s</title>" % esc("Timeline of " + document.title(doc)),
         '<rect width="100%" height="100%" fill="#ffffff"/>',
-        _text(8, 22, document.title(doc), size=15, extra=' font-weight="bold" fill="#111111"'),
-        _text(8, 40, "%s; bars: each loop step's deadline, marks: when it was seen" % subtitle, size=11,
+        text(8, 22, document.title(doc), size=15, extra=' font-weight="bold" fill="#111111"'),
+        text(8, 40, "%s; bars: each loop step's deadline, marks: when it was seen" % subtitle, size=11,
               extra=' fill="#555555"'),
     ]
-    parts += _axis(scale, axis_y)
+    parts += axis(scale, axis_y)
     parts += _events(timed, axis_y, placed)
     parts += _bars(doc, scale, bars_top)
     parts.append("</svg>")

@@ -40,7 +40,7 @@ def instructions() -> List[Tuple[str, str]]:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
-            word, rest = (line.split(" ", 1) + [""])[:2]
+            word, rest = [*line.split(" ", 1), ""][:2]
             found.append((word.upper(), rest.strip()))
     return found
 
