@@ -84,7 +84,7 @@ def test_dry_run_and_check_mode_change_nothing(fleet):
         fleet.heal(node)
 
 
-def test_xid13_only_notifies(fleet):
+def test_xid13_only_notifies(fleet, tmp_path):
     node = fleet.active_nodes()[0]
     inject(fleet.lab, node, 13)
     try:
@@ -96,6 +96,16 @@ def test_xid13_only_notifies(fleet):
         assert [step["phase"] for step in record["timeline"]] == ["notify", "record"]
         assert fleet.slurm_states()[node] == slurm_before
         assert not fleet.kube_node(node)["spec"].get("unschedulable")
+        # The fleet view draws it from the audit log.
+        drawn = fleet.lab.playbook("fleet-status.yml", extra={"fleet_status_node": node,
+                                                              "fleet_status_svg_dir": str(tmp_path)})
+        assert drawn.rc == 0, drawn.output[-3000:]
+        svg = (tmp_path / ("%s.svg" % record["id"])).read_text()
+        assert "Remediation %s of %s: plan RESTART_APP, succeeded" % (record["id"], node) in svg
+        assert 'class="phase phase-notify outcome-done"' in svg and "drawn to %s" % tmp_path in drawn.output
+        missing = fleet.lab.playbook("fleet-status.yml", extra={"fleet_status_node": node,
+                                                                "fleet_status_remediation_id": "r-none"})
+        assert missing.rc != 0 and "fleet_status_node: no remediation r-none of %s" % node in missing.output
     finally:
         fleet.heal(node)
 
