@@ -22,6 +22,9 @@ description:
     (train_sim's output gives the step and the steps lost); for a non-fatal fault, it keeps running.
   - A missed deadline is a finding with the last thing seen, never an error. The watch aborts when the remediation
     circuit breaker trips. Read-only.
+  - With O(watch_for), the watch stops after that many seconds if it is not done and returns RV(done=false), a
+    RV(progress) line and a RV(carry); called again with O(carry), it goes on where it stopped. So a playbook can
+    say where a long observation is as it goes (the chaos_drill role prints RV(progress) each slice).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -57,6 +60,12 @@ options:
     description: Seconds between looks.
     type: float
     default: 1
+  watch_for:
+    description: Stop after this many seconds if the watch is not done (RV(done=false)); omit to watch to the end.
+    type: float
+  carry:
+    description: The RV(carry) of the previous call, to go on where it stopped. Data, checked for its shape.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -69,35 +78,48 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+done:
+  description: True when every step is decided (or the watch aborted); false when O(watch_for) ran out first.
+  type: bool
+  returned: always
+progress:
+  description:
+    - "Where the watch is, e.g. C(at 62 s: detected at 2.1 s; waiting for scheduler (deadline 120 s))."
+  type: str
+  returned: always
+carry:
+  description: With RV(done=false), what the next call's O(carry) takes.
+  type: dict
+  returned: when not done
 steps:
   description:
     - Each loop step (step, verdict pass|fail|skipped|not_observable, expected, observed, deadline_s, at,
       elapsed_s).
   type: list
   elements: dict
-  returned: always
+  returned: when done
 events:
   description: The timeline (inject, detect, alert, quarantine, requeue, resume) with times.
   type: list
   elements: dict
-  returned: always
+  returned: when done
 metrics:
   description: time_to_detect_s, time_to_alert_s, time_to_quarantine_s, time_to_recover_s, steps_lost.
   type: dict
-  returned: always
+  returned: when done
 gaps:
   description: Observability gaps - what to add where a fault went unseen or unalerted.
   type: list
   elements: dict
-  returned: always
+  returned: when done
 aborted:
   description: Why the watch stopped early, if it did.
   type: str
-  returned: always
+  returned: when done
 phase:
   description: The observe phase as the drill report records it.
   type: dict
-  returned: always
+  returned: when done
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,6 +139,8 @@ def main():
             prometheus_url=dict(type="str"),
             alertmanager_url=dict(type="str"),
             poll_interval=dict(type="float", default=1),
+            watch_for=dict(type="float"),
+            carry=dict(type="dict"),
         ),
         supports_check_mode=True,
     )

@@ -296,3 +296,37 @@ class Background:
             pool, cls._pool, cls._closed = cls._pool, None, True
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """The source of a Go module at a version, from the Go module proxy into the cache (for upstream
+    CRDs the tests install: the Prometheus Operator's, Cluster API's)."""
+    import shutil
+    import tempfile
+
+    import pytest
+
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        pytest.fail("go is missing: %s comes from its Go module" % module)
+    env = dict(os.environ, GOMODCACHE=str(CACHE_DIR / "go" / "mod"), GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        done = subprocess.run([go, "mod", "download", "-json", "%s@%s" % (module, version)],
+                              cwd=outside_any_module, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Path(json.loads(done.stdout)["Dir"])
+
+
+def kubectl(lab: "Lab", *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """kubectl (the lab's, from the cache) against the lab's API server as its admin."""
+    import shutil
+
+    binary = shutil.which("kubectl", path=str(CACHE_DIR / "bin")) or "kubectl"
+    done = subprocess.run([binary, "--kubeconfig", str(lab.kubeconfig), *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if check:
+        assert done.returncode == 0, " ".join(args) + ": " + done.stdout + done.stderr
+    return done

@@ -639,11 +639,32 @@ def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
                "injected_at": params["injected_at"], "protected_job": params.get("protected_job"),
                "protected_output": params.get("protected_output"), "experiment": drill["experiment"],
                "poll_s": check_number(params.get("poll_interval") or 1.0, "poll_interval", above=0)}
-    seen = observe.observe(request, probes)
+    carry = _check_carry(params.get("carry"))
+    if carry:
+        started = carry["started_at"]
+    watch_for = params.get("watch_for")
+    until = None if watch_for is None else time.time() + check_number(watch_for, "watch_for", above=0)
+    seen = observe.observe(request, probes, carry=carry, until=until)
+    seen["changed"] = False
+    if not seen["done"]:
+        seen["carry"]["started_at"] = started
+        return seen
     seen["phase"] = {"phase": "observe", "started_at": started, "finished_at": time.time(),
                      "ok": not seen["aborted"], "detail": {"abort_reason": seen["aborted"]} if seen["aborted"] else {}}
-    seen["changed"] = False
     return seen
+
+
+def _check_carry(carry: Any) -> Optional[Dict[str, Any]]:
+    """A previous slice's `carry`, as drill_observe returned it: data, checked for its shape only."""
+    if not carry:
+        return None
+    kinds = {"decided": dict, "last": dict, "recovered": dict, "events": list, "started_at": (int, float)}
+    if not isinstance(carry, Mapping) or set(carry) != set(kinds):
+        raise FieldError("carry", "must be the carry a previous drill_observe returned (keys %s)" % ", ".join(kinds))
+    for key, kind in kinds.items():
+        if not isinstance(carry[key], kind):
+            raise FieldError("carry.%s" % key, "must be a %s" % (kind.__name__ if isinstance(kind, type) else "number"))
+    return dict(carry)
 
 
 def _read_text(path: str) -> str:

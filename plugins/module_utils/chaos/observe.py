@@ -304,10 +304,36 @@ class LoopWatch:
                     self.deadlines[name], self.last.get(name, "nothing")), None)
 
 
+def progress_line(watch: "LoopWatch", now: float) -> str:
+    """Where a watch is: 'at 62 s: detected at 2.1 s, alerted at 4.3 s; waiting for scheduler (deadline
+    120 s; last seen: ...), recovered (deadline 600 s)'."""
+    done = ["%s %s" % (name, "at %.1f s" % (step["at"] - watch.injected_at) if step.get("at") is not None
+                       else step["verdict"]) for name, step in ((n, watch.decided[n]) for n in LOOP_STEPS
+                                                                  if n in watch.decided)]
+    waiting = ["%s (deadline %s s%s)" % (name, watch.deadlines[name],
+                                          "; last seen: %s" % watch.last[name][:80] if watch.last.get(name) else "")
+               for name in LOOP_STEPS if name not in watch.decided]
+    return "at %.0f s: %s%s" % (now - watch.injected_at, ", ".join(done) or "nothing decided yet",
+                                 "; waiting for " + ", ".join(waiting) if waiting else "")
+
+
+# What a watch carries from one slice to the next (observe's `carry`): all of its state.
+CARRIED = ("decided", "last", "recovered", "events")
+
+
 def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], float] = time.time,
-            sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+            sleep: Callable[[float], None] = time.sleep, carry: Optional[Mapping[str, Any]] = None,
+            until: Optional[float] = None) -> Dict[str, Any]:
+    """Watch until every step is decided (or the breaker trips). With ``until`` (a clock time) the
+    watch stops there if it is not done, and returns ``done: False``, a ``progress`` line and the
+    ``carry`` to give the next call, which goes on where this one stopped: so a long watch can say
+    where it is as it goes."""
     watch = LoopWatch(request, probes)
-    watch.decide_up_front()
+    if carry:
+        for name in CARRIED:
+            setattr(watch, name, carry[name])
+    else:
+        watch.decide_up_front()
     aborted: Optional[str] = None
     breaker_at_start = bool(watch.baseline.get("breaker_tripped"))
     looks = {"detected": watch.look_detected, "alerted": watch.look_alerted, "scheduler": watch.look_scheduler,
@@ -322,11 +348,16 @@ def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], floa
                 looks[name](now)
         watch.miss_deadlines(now)
         if len(watch.decided) < len(LOOP_STEPS):
+            if until is not None and clock() >= until:
+                return {"done": False, "progress": progress_line(watch, clock()),
+                        "carry": {name: getattr(watch, name) for name in CARRIED}}
             sleep(float(request.get("poll_s") or 1.0))
     steps = [watch.decided.get(name) or scoring.step(name, "fail", watch.expected[name], "not observed: %s" % aborted,
                                                      watch.deadlines[name], None, watch.injected_at)
              for name in LOOP_STEPS]
     return {
+        "done": True,
+        "progress": progress_line(watch, clock()),
         "steps": steps,
         "events": watch.events,
         "metrics": scoring.metrics(steps, watch.recovered),

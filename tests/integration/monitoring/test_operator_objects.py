@@ -1,8 +1,9 @@
 """The monitoring role's `existing` backend against the Prometheus Operator's real CRDs.
 
 The lab's kube-apiserver stands in for a cluster running the Operator: the test installs the
-Operator's own CRDs (PrometheusRule, PodMonitor, AlertmanagerConfig of v0.85.0, taken offline
-from its Go module, example/prometheus-operator-crd/), then runs the role with
+Operator's own CRDs (tests/integration/prometheus_stack.py: PrometheusRule, PodMonitor,
+AlertmanagerConfig, Prometheus and Alertmanager of v0.85.0, taken offline from its Go module) and a
+Prometheus and an Alertmanager with kube-prometheus-stack's selectors, then runs the role with
 monitoring_backend=existing. The API server validates every object against the CRDs' schemas;
 a strict server-side dry run of the rendered manifests rejects unknown or pruned fields. No
 Operator runs, so what it would generate from these objects is not tested (docs/monitoring.md).
@@ -11,42 +12,24 @@ Operator runs, so what it would generate from these objects is not tested (docs/
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Optional
 
+import prometheus_stack
 import pytest
 import yaml
 from agent_probe import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import REPO, PlaybookResult, run_playbook, unestablished_crds
+from lab_harness import REPO, PlaybookResult, kubectl, run_playbook, unestablished_crds
+from prometheus_stack import GROUP
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
-OPERATOR_VERSION = "v0.85.0"
-CRDS = ("prometheusrules", "podmonitors", "alertmanagerconfigs", "prometheuses", "alertmanagers")
-GROUP = "monitoring.coreos.com"
 NAMESPACE = "gpufleet-monitoring-test"
 # Where the site's Prometheus and Alertmanager resources live (kube-prometheus-stack's defaults:
 # its release label, every namespace). No Operator runs: only their selectors are read.
 STACK_NAMESPACE = "gpufleet-monitoring-stack-test"
-RELEASE = {"release": "kube-prometheus-stack"}
-STACK = {
-    "prometheuses": {"apiVersion": GROUP + "/v1", "kind": "Prometheus",
-                     "metadata": {"name": "kps", "namespace": STACK_NAMESPACE},
-                     "spec": {"ruleSelector": {"matchLabels": RELEASE}, "ruleNamespaceSelector": {},
-                              "podMonitorSelector": {"matchLabels": RELEASE}, "podMonitorNamespaceSelector": {}}},
-    "alertmanagers": {"apiVersion": GROUP + "/v1", "kind": "Alertmanager",
-                      "metadata": {"name": "kps", "namespace": STACK_NAMESPACE},
-                      "spec": {"alertmanagerConfigSelector": {"matchLabels": RELEASE},
-                               "alertmanagerConfigNamespaceSelector": {}}},
-}
-CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
+STACK = prometheus_stack.stack(STACK_NAMESPACE)
 RULES = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.yml"
 DASHBOARD = REPO / "roles" / "monitoring" / "files" / "dashboards" / "gpufleet-fleet.json"
 PLAYBOOK = """\
@@ -61,52 +44,13 @@ PLAYBOOK = """\
 """
 
 
-def operator_crd_dir() -> Path:
-    """example/prometheus-operator-crd of the Operator's module, from the Go module proxy (cached)."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        pytest.fail("go is missing: the Prometheus Operator CRDs come from its Go module")
-    env = dict(os.environ, GOMODCACHE=str(CACHE_DIR / "go" / "mod"), GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    with tempfile.TemporaryDirectory() as outside_any_module:
-        done = subprocess.run([go, "mod", "download", "-json", "%s@%s" % (OPERATOR_MODULE, OPERATOR_VERSION)],
-                              cwd=outside_any_module, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    crds = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
-    assert crds.is_dir(), crds
-    return crds
-
-
-def kubectl(lab, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    binary = shutil.which("kubectl", path=str(CACHE_DIR / "bin")) or "kubectl"
-    done = subprocess.run([binary, "--kubeconfig", str(lab.kubeconfig), *args], capture_output=True, text=True,
-                          timeout=120, check=False)
-    if check:
-        assert done.returncode == 0, " ".join(args) + ": " + done.stdout + done.stderr
-    return done
-
-
 @pytest.fixture(scope="module")
 def operator_crds(lab):
-    crd_dir = operator_crd_dir()
-    for plural in CRDS:
-        # Server-side: the CRDs are too big for kubectl's last-applied annotation.
-        crd = crd_dir / ("%s_%s.yaml" % (GROUP, plural))
-        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    # Polled: right after the create a CRD has no status yet, and `kubectl wait` fails on that at once.
-    names = ["%s.%s" % (plural, GROUP) for plural in CRDS]
-    wait_for(lambda: not unestablished_crds(lab, names), timeout=60, interval=0.5,
-             what="the CRDs %s Established" % names)
-    lab.kube().create_namespace({"metadata": {"name": STACK_NAMESPACE}})
-    api = client.CustomObjectsApi(lab.kube().api_client)
-    for plural, body in STACK.items():
-        api.create_namespaced_custom_object(GROUP, "v1", STACK_NAMESPACE, plural, body)
+    crd_dir = prometheus_stack.install(lab)
+    prometheus_stack.create_stack(lab, STACK_NAMESPACE)
     yield crd_dir
     # Leave the lab as it was for the other tests.
-    for namespace in (NAMESPACE, STACK_NAMESPACE):
-        kubectl(lab, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true", "--timeout=120s",
-                check=False)
-    for plural in CRDS:
-        kubectl(lab, "delete", "crd", "%s.%s" % (plural, GROUP), "--ignore-not-found", check=False)
+    prometheus_stack.remove(lab, (NAMESPACE, STACK_NAMESPACE))
 
 
 @pytest.fixture(scope="module")

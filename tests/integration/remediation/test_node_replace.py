@@ -20,11 +20,9 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,14 +30,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 from agent_probe import AgentProbe
-from lab_harness import REPO, VENV_BIN, unestablished_crds
+from lab_harness import REPO, VENV_BIN, go_module_dir, kubectl, unestablished_crds
 
 pytestmark = [pytest.mark.integration]
 
 POOL = "gpu-a"
 ACTIVE = ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
 SPARES = ["gpu-a-005", "gpu-a-006"]
-CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 CAPI_MODULE, CAPI_VERSION = "sigs.k8s.io/cluster-api", "v1.13.6"
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_NAMESPACE = "gpufleet-capi-test"
@@ -372,26 +369,9 @@ def test_command_runs_once_with_the_node_name_and_reports_failure(tmp_path):
 
 def capi_crd_dir() -> Path:
     """config/crd/bases of Cluster API's Go module, from the Go module proxy (cached)."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        pytest.fail("go is missing: the Cluster API CRDs come from its Go module")
-    env = dict(os.environ, GOMODCACHE=str(CACHE_DIR / "go" / "mod"), GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    with tempfile.TemporaryDirectory() as outside_any_module:
-        done = subprocess.run([go, "mod", "download", "-json", "%s@%s" % (CAPI_MODULE, CAPI_VERSION)],
-                              cwd=outside_any_module, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    crds = Path(json.loads(done.stdout)["Dir"]) / "config" / "crd" / "bases"
+    crds = go_module_dir(CAPI_MODULE, CAPI_VERSION) / "config" / "crd" / "bases"
     assert (crds / "cluster.x-k8s.io_machines.yaml").is_file(), crds
     return crds
-
-
-def kubectl(lab, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    binary = shutil.which("kubectl", path=str(CACHE_DIR / "bin")) or "kubectl"
-    done = subprocess.run([binary, "--kubeconfig", str(lab.kubeconfig), *args], capture_output=True, text=True,
-                          timeout=120, check=False)
-    if check:
-        assert done.returncode == 0, " ".join(args) + ": " + done.stdout + done.stderr
-    return done
 
 
 class Capi:

@@ -5,9 +5,12 @@
 The lab's kube-apiserver stands in for an existing cluster. The test adds nodes that look like
 two cloud node groups (kwok runs them), then runs playbooks/one-click-slurm.yml with an
 inventory like inventories/example: backend existing, slurm_backend slinky, the vendored
-Slinky 1.2.1 charts as a local chart source, two pools with selectors. Everything is the real
-program: helm, the charts, the API server validating the CRD objects. kwok has no container
-runtime, so what the operator would do with those objects is not tested (docs/real-cluster.md).
+Slinky 1.2.1 charts as a local chart source, two pools with selectors, and the example's monitoring
+(`existing`, for a Prometheus Operator whose Prometheus selects its release label, as
+kube-prometheus-stack's does) and in-cluster self-healing (the rulebook's Deployment). Everything is
+the real program: helm, the charts, the API server validating the CRD objects. kwok has no container
+runtime, so what the operators would do with those objects, and the pods, are not tested
+(docs/real-cluster.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import prometheus_stack
 import pytest
 import yaml
 from kubernetes import client
@@ -38,10 +42,22 @@ POOLS = [
      "selector": {"eks.amazonaws.com/nodegroup": "h200-b"}},
 ]
 NAMESPACES = ("site-slurm", "site-slinky")
+# The site's monitoring stack: its Prometheus and Alertmanager, with kube-prometheus-stack's selectors.
+MONITORING_NAMESPACE = "site-monitoring"
+DE_IMAGE = "localhost/gpufleet-de:test"
 
 
 @pytest.fixture(scope="module")
-def site(lab, vendor_charts, helm, tmp_path_factory):
+def prometheus_operator(lab):
+    """The Prometheus Operator's CRDs and a Prometheus and Alertmanager selecting `release`."""
+    prometheus_stack.install(lab)
+    prometheus_stack.create_stack(lab, MONITORING_NAMESPACE)
+    yield
+    prometheus_stack.remove(lab, (MONITORING_NAMESPACE,))
+
+
+@pytest.fixture(scope="module")
+def site(lab, vendor_charts, helm, prometheus_operator, tmp_path_factory):
     """An 'existing cluster': the lab API server with two node groups and a StorageClass.
 
     Returns the inventory directory. Everything the test adds is removed afterwards, so the
@@ -86,13 +102,13 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
         slurm_slinky_operator_namespace=NAMESPACES[1],
         # kwok runs no pods for real: nothing would ever become ready to wait for.
         slurm_slinky_wait=False,
-        # This cluster runs no Prometheus Operator; the `existing` monitoring backend is tested
-        # against the Operator's CRDs in tests/integration/monitoring/test_operator_objects.py.
-        monitoring_backend="none",
-        # The self_healing role's backend here (kubernetes) needs the decision environment image,
-        # which this lab has not built; off, the role deletes its (absent) objects. The backend is
-        # tested in tests/integration/remediation/test_self_healing_in_cluster.py.
-        self_healing_enabled=False,
+        # What the example marks REQUIRED for monitoring and the in-cluster rulebook (kwok pulls
+        # no image, and no AWX is called).
+        monitoring_resource_labels=prometheus_stack.RELEASE,
+        self_healing_decision_environment_image=DE_IMAGE,
+        self_healing_controller_url="https://awx.example.internal",
+        self_healing_controller_token="awx-oauth-token-for-the-test",
+        gpufleet_webhook_token="a-webhook-token-for-the-test-0123456789",
     )
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "group_vars" / "all" / "site.yml").write_text(yaml.safe_dump(site_vars))
@@ -109,6 +125,16 @@ def site(lab, vendor_charts, helm, tmp_path_factory):
     apps = client.AppsV1Api(core.api_client)
     _ignore_missing(apps.delete_namespaced_daemon_set, "gpufleet-health-agent", "gpufleet-system")
     _ignore_missing(core.delete_namespaced_config_map, "gpufleet-health-agent", "gpufleet-system")
+    # The in-cluster rulebook's objects and the monitoring role's Secret and dashboard (its
+    # PrometheusRule, PodMonitor and AlertmanagerConfig go with the CRDs).
+    _ignore_missing(apps.delete_namespaced_deployment, "gpufleet-self-healing", "gpufleet-system")
+    _ignore_missing(client.NetworkingV1Api(core.api_client).delete_namespaced_network_policy,
+                    "gpufleet-self-healing", "gpufleet-system")
+    for delete in (core.delete_namespaced_service, core.delete_namespaced_config_map, core.delete_namespaced_secret,
+                   core.delete_namespaced_service_account):
+        _ignore_missing(delete, "gpufleet-self-healing", "gpufleet-system")
+    _ignore_missing(core.delete_namespaced_secret, "gpufleet-webhook", "gpufleet-system")
+    _ignore_missing(core.delete_namespaced_config_map, "gpufleet-dashboard", "gpufleet-system")
     for name in GROUPS:
         _ignore_missing(core.delete_node, name)
     _ignore_missing(client.StorageV1Api(core.api_client).delete_storage_class, "standard")
@@ -206,6 +232,20 @@ def test_one_click_installs_slinky_on_an_existing_cluster_and_reruns_unchanged(l
     apps = client.AppsV1Api(api.api_client)
     daemonset = apps.read_namespaced_daemon_set("gpufleet-health-agent", "gpufleet-system")
     assert daemonset.spec.template.spec.service_account_name == "gpufleet-health-agent"
+
+    # Monitoring the site's Prometheus picks up (its selector checked first), routed to the
+    # in-cluster rulebook's Service, which runs as a Deployment the API server accepted.
+    rules = custom.list_namespaced_custom_object("monitoring.coreos.com", "v1", "gpufleet-system", "prometheusrules")
+    assert [rule["metadata"]["labels"]["release"] for rule in rules["items"]] == ["kube-prometheus-stack"]
+    route = custom.get_namespaced_custom_object("monitoring.coreos.com", "v1alpha1", "gpufleet-system",
+                                                "alertmanagerconfigs", "gpufleet-self-healing")
+    receivers = {receiver["name"]: receiver for receiver in route["spec"]["receivers"]}
+    assert receivers["gpufleet-self-healing"]["webhookConfigs"][0]["url"] == \
+        "http://gpufleet-self-healing.gpufleet-system.svc:19500/endpoint"
+    rulebook = apps.read_namespaced_deployment("gpufleet-self-healing", "gpufleet-system")
+    assert rulebook.spec.replicas == 1 and rulebook.spec.template.spec.containers[0].image == DE_IMAGE
+    service = api.read_namespaced_service("gpufleet-self-healing", "gpufleet-system")
+    assert [port.port for port in service.spec.ports] == [19500]
 
     again = one_click(lab, site)
     assert again.rc == 0, again.output[-6000:]

@@ -299,6 +299,43 @@ def test_observe_decides_each_step_by_its_deadline(monkeypatch):
     assert [e["name"] for e in seen["events"]] == ["inject", "detect", "quarantine"]
 
 
+def test_a_watch_in_slices_says_where_it_is_and_ends_as_one_watch(monkeypatch):
+    monkeypatch.setattr(observe, "first_above", lambda url, query, since, until, level, strict: 1.5)
+    request = {"nodes": ["n1"], "experiment": "gpu_xid", "injected_at": 0.0, "poll_s": 1.0,
+               "deadlines": {"detected": 10, "alerted": 10, "scheduler": 10, "recovered": 10},
+               "expectations": {"detection": {"query": "q", "mode": "rise", "threshold": 1, "what": "xid"},
+                                "alerts": ["GpuNodeFatal"], "fences": True, "requeues": True},
+               "baseline": {"detection": {"n1": 0.0}}}
+
+    def watch(sliced):
+        probes = FakeProbes({"fence_at": 5.0})
+        monkeypatch.setattr(observe, "detection_value", lambda url, det, n, params: 1.0 if probes.clock >= 2 else 0.0)
+
+        def sleep(seconds):
+            probes.clock += seconds
+
+        if not sliced:
+            return observe.observe(request, probes, clock=lambda: probes.clock, sleep=sleep), []
+        lines, carry = [], None
+        while True:
+            seen = observe.observe(request, probes, clock=lambda: probes.clock, sleep=sleep, carry=carry,
+                                   until=probes.clock + 3)
+            lines.append(seen["progress"])
+            if seen["done"]:
+                return seen, lines
+            carry = json.loads(json.dumps(seen["carry"]))  # through Ansible: plain data
+
+    whole = watch(sliced=False)[0]
+    sliced, lines = watch(sliced=True)
+    assert sliced["steps"] == whole["steps"] and sliced["events"] == whole["events"]
+    assert sliced["metrics"] == whole["metrics"]
+    assert lines[0].startswith("at 3 s: detected at 1.5 s, recovered not_observable; "
+                               "waiting for alerted (deadline 10 s")
+    assert "scheduler at 5.0 s" in lines[1] and "waiting for alerted" in lines[1]
+    assert lines[-1].endswith("recovered not_observable") and "waiting" not in lines[-1]
+    assert len(lines) == 4  # the alert's deadline (10 s) ends it
+
+
 def test_the_watchdog_reinjects_dcgm_values_while_a_fault_is_active(monkeypatch):
     from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api
 
