@@ -131,12 +131,16 @@ def end_text(record: Mapping[str, Any]) -> str:
         detail = "done in %ss. No action required." % record.get("duration_s")
     else:
         detail = "%s%s. A human must look at it." % (result, ": %s" % record["error"] if record.get("error") else "")
-    return "GPU node %s, remediation %s (%s): %s Jobs: %s." % (
+    # Where to see it as a picture: the fleet view draws it from the audit log.
+    picture = "ansible-playbook playbooks/fleet-status.yml -e fleet_status_node=%s -e fleet_status_remediation_id=%s" \
+        % (node, record.get("id"))
+    return "GPU node %s, remediation %s (%s): %s Jobs: %s. Timeline: %s" % (
         node,
         record.get("id"),
         (record.get("plan") or {}).get("name"),
         detail,
         fates,
+        picture,
     )
 
 

@@ -304,3 +304,6 @@ def test_audit_record_holds_the_timeline_and_jobs(tmp_path):
     assert not records.append_record(path, audit)
     assert records.read_records(path, "gpu-a-003") == [json.loads(json.dumps(audit))]
     assert "No action required" in records.end_text(audit)
+    assert records.end_text(audit).endswith(
+        "Timeline: ansible-playbook playbooks/fleet-status.yml -e fleet_status_node=%s "
+        "-e fleet_status_remediation_id=%s" % (audit["node"], audit["id"]))
