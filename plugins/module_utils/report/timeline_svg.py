@@ -179,7 +179,7 @@ def render(doc: Mapping[str, Any]) -> str:
         '<rect width="100%" height="100%" fill="#ffffff"/>',
         text(8, 22, document.title(doc), size=15, extra=' font-weight="bold" fill="#111111"'),
         text(8, 40, "%s; bars: each loop step's deadline, marks: when it was seen" % subtitle, size=11,
-              extra=' fill="#555555"'),
+             extra=' fill="#555555"'),
     ]
     parts += axis(scale, axis_y)
     parts += _events(timed, axis_y, placed)

@@ -149,7 +149,12 @@ def test_alertmanager_answers_and_delivers_to_the_webhook(host):
     config = yaml.safe_load(status["config"]["original"])
     assert config["route"]["receiver"] == "gpufleet-self-healing"
     assert config["route"]["group_wait"] == "0s"
-    assert config["receivers"][0]["webhook_configs"][0]["url"] == "http://127.0.0.1:24500/endpoint"
+    receivers = {receiver["name"]: receiver for receiver in config["receivers"]}
+    assert receivers["gpufleet-self-healing"]["webhook_configs"][0]["url"] == "http://127.0.0.1:24500/endpoint"
+    # Fleet-wide alerts (no node) have their own receiver, never the remediation webhook.
+    assert config["route"]["routes"] == [{"receiver": "gpufleet-fleet", "matchers": ['scope="fleet"'],
+                                          "group_by": ["alertname"]}]
+    assert receivers["gpufleet-fleet"] == {"name": "gpufleet-fleet"}
 
     def delivered():
         f = host.file(WEBHOOK_LOG)
