@@ -307,14 +307,19 @@ class LoopWatch:
 def progress_line(watch: "LoopWatch", now: float) -> str:
     """Where a watch is: 'at 62 s: detected at 2.1 s, alerted at 4.3 s; waiting for scheduler (deadline
     120 s; last seen: ...), recovered (deadline 600 s)'."""
-    done = ["%s %s" % (name, "at %.1f s" % (step["at"] - watch.injected_at) if step.get("at") is not None
-                       else step["verdict"]) for name, step in ((n, watch.decided[n]) for n in LOOP_STEPS
-                                                                  if n in watch.decided)]
-    waiting = ["%s (deadline %s s%s)" % (name, watch.deadlines[name],
-                                          "; last seen: %s" % watch.last[name][:80] if watch.last.get(name) else "")
-               for name in LOOP_STEPS if name not in watch.decided]
-    return "at %.0f s: %s%s" % (now - watch.injected_at, ", ".join(done) or "nothing decided yet",
-                                 "; waiting for " + ", ".join(waiting) if waiting else "")
+    done = []
+    for name in LOOP_STEPS:
+        step = watch.decided.get(name)
+        if step is not None:
+            seen = "at %.1f s" % (step["at"] - watch.injected_at) if step.get("at") is not None else step["verdict"]
+            done.append("%s %s" % (name, seen))
+    waiting = []
+    for name in LOOP_STEPS:
+        if name not in watch.decided:
+            last = "; last seen: %s" % watch.last[name][:80] if watch.last.get(name) else ""
+            waiting.append("%s (deadline %s s%s)" % (name, watch.deadlines[name], last))
+    rest = "; waiting for " + ", ".join(waiting) if waiting else ""
+    return "at %.0f s: %s%s" % (now - watch.injected_at, ", ".join(done) or "nothing decided yet", rest)
 
 
 # What a watch carries from one slice to the next (observe's `carry`): all of its state.
