@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import yaml
 from lab_harness import REPO, VENV_BIN, PlaybookResult, run_playbook
@@ -28,3 +28,29 @@ def play(inventory_dir: Path, playbook: Path, *args: str) -> PlaybookResult:
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", HOME=str(inventory_dir))
     return run_playbook([str(playbook), "-i", str(inventory_dir), *args], env, timeout=300)
+
+
+def play_cases(tmp_path: Path, name: str, values: Dict[str, Any], cases: Dict[str, Dict[str, Any]],
+               playbook: Path, *args: str) -> Tuple[PlaybookResult, Dict[str, str]]:
+    """Every case in one ansible-playbook run: each case is a host of the control group (a local
+    connection) with its own overrides, so the validation play runs them side by side and each host
+    stops at its own first refusal. Returns the run and, per case, its last task result as JSON text
+    (Ansible's tree callback), which holds that refusal's message."""
+    copy = copy_inventory(tmp_path, name, values)
+    # The shipped groups as they are; the control group's one host becomes one host per case.
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text())
+    hosts["all"]["children"]["control"]["hosts"] = {
+        case: {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+        for case in cases}
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (copy / "host_vars").mkdir(exist_ok=True)
+    for case, overrides in cases.items():
+        (copy / "host_vars" / ("%s.yml" % case)).write_text(yaml.safe_dump(overrides))
+    tree = tmp_path / ("tree-%s" % copy.name)
+    env = dict(os.environ, PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""),
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", HOME=str(copy),
+               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree", ANSIBLE_CALLBACK_TREE_DIR=str(tree))
+    result = run_playbook([str(playbook), "-i", str(copy), *args], env, timeout=300)
+    last = {case: (tree / case).read_text() if (tree / case).is_file() else "" for case in cases}
+    return result, last

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from lab_harness import REPO, VENV_BIN
-from shipped_inventory import copy_inventory, play
+from shipped_inventory import copy_inventory, play, play_cases
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +44,28 @@ def test_the_shipped_inventory_passes_every_check_and_stops_at_the_cluster(tmp_p
     assert ".kube/gpufleet-k3s.yaml" in result.output.split("FAILED!")[-1], result.output[-3000:]
 
 
-@pytest.mark.parametrize("overrides, named", [
-    ({"kubernetes_k3s_sha256": ""}, "kubernetes_k3s_sha256 must be the 64-hex-digit SHA256"),
-    ({"kubernetes_k3s_token": ""}, "kubernetes_k3s_token is required when the group 'k3s_agents' has hosts"),
-    ({"kubernetes_k3s_version": "1.33"}, "kubernetes_k3s_version must look like v1.33.5+k3s1"),
-    ({"kubernetes_k3s_version": "v1.27.4+k3s1"}, "is older than kubernetes_min_version"),
-    ({"kubernetes_k3s_server_group": "k3s_agents"}, "kubernetes_k3s_server_group: the inventory group 'k3s_agents'"),
-    ({"kubernetes_kubeconfig": "/var/tmp/gpufleet-lab/kube/admin.kubeconfig"}, "kubernetes_kubeconfig must name"),
-], ids=["sha256", "token", "version", "old-version", "two-servers", "lab-kubeconfig"])
-def test_each_k3s_rule_names_its_variable_before_any_host_is_touched(tmp_path, overrides, named):
-    result = play(inventory(tmp_path, **overrides), REPO / "playbooks" / "one_click_slurm.yml")
-    said = " ".join(result.output.split())
-    assert result.rc != 0 and named in said, result.output[-3000:]
+# Each k3s rule broken on its own, and what the refusal must say.
+REFUSED = {
+    "sha256": ({"kubernetes_k3s_sha256": ""}, "kubernetes_k3s_sha256 must be the 64-hex-digit SHA256"),
+    "token": ({"kubernetes_k3s_token": ""}, "kubernetes_k3s_token is required when the group 'k3s_agents' has hosts"),
+    "version": ({"kubernetes_k3s_version": "1.33"}, "kubernetes_k3s_version must look like v1.33.5+k3s1"),
+    "old-version": ({"kubernetes_k3s_version": "v1.27.4+k3s1"}, "is older than kubernetes_min_version"),
+    "two-servers": ({"kubernetes_k3s_server_group": "k3s_agents"},
+                    "kubernetes_k3s_server_group: the inventory group 'k3s_agents'"),
+    "lab-kubeconfig": ({"kubernetes_kubeconfig": "/var/tmp/gpufleet-lab/kube/admin.kubeconfig"},
+                       "kubernetes_kubeconfig must name"),
+}
+
+
+def test_each_k3s_rule_names_its_variable_before_any_host_is_touched(tmp_path):
+    # One run, one control host per case (shipped_inventory.play_cases), the k3s hosts as shipped.
+    result, last = play_cases(tmp_path, "k3s", SITE, {case: o for case, (o, _named) in REFUSED.items()},
+                              REPO / "playbooks" / "one_click_slurm.yml")
+    assert result.rc != 0 and result.changed == 0, result.output[-3000:]
+    for case, (_overrides, named) in REFUSED.items():
+        assert named in " ".join(last[case].split()), "%s: %s" % (case, last[case][-2000:])
     assert "PLAY [Install k3s on its server and agents]" not in result.output
-    assert set(result.recap) == {"localhost"} and result.changed == 0
+    assert set(result.recap) == set(REFUSED)
 
 
 def test_k3s_goes_on_the_server_and_the_agents_in_units_systemd_accepts(tmp_path):
