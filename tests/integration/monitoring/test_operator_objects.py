@@ -317,7 +317,9 @@ def test_objects_the_operator_would_ignore_are_refused_naming_the_selector(
     assert refused.rc != 0 and refused.changed == 0, refused.output[-3000:]
     assert named in said and "Set monitoring_resource_labels" in said, said[-3000:]
     assert name + "-alerts" not in custom_objects(lab, "prometheusrules")
-    # The site that knows better turns the check off, and the objects go in.
+    if request.node.callspec.id != "rule-labels":
+        return
+    # The site that knows better turns the check off, and the objects go in (once is enough).
     unchecked = role(monitoring_name=name, monitoring_manifests_dir="", monitoring_check_selection=False, **settings)
     assert unchecked.rc == 0, unchecked.output[-3000:]
     assert name + "-alerts" in custom_objects(lab, "prometheusrules")
