@@ -330,3 +330,15 @@ def kubectl(lab: "Lab", *args: str, check: bool = True) -> subprocess.CompletedP
     if check:
         assert done.returncode == 0, " ".join(args) + ": " + done.stdout + done.stderr
     return done
+
+
+def namespace_exists(lab: "Lab", name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        lab.kube().read_namespace(name)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise

@@ -13,8 +13,9 @@ remediation signalled, with its fate. A title says the node, the plan and the re
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report.timeline_svg import (
     LABELS_X,
     LEFT,
@@ -44,13 +45,6 @@ IN_SERVICE = ("in service", "#e3f2fd")
 LANES = ("Slurm", "Kubernetes")
 
 
-def _number(value: Any) -> Optional[float]:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def outcome_of(entry: Mapping[str, Any], record: Mapping[str, Any], last: bool) -> str:
     outcome = entry.get("outcome") or {}
     if outcome.get("skipped"):
@@ -64,7 +58,7 @@ def lanes(record: Mapping[str, Any], origin: float) -> Dict[str, List[Tuple[floa
     """Per lane, (from t, state, fill) in order: in service at t=0, then each state change."""
     changes: Dict[str, List[Tuple[float, str, str]]] = {lane: [(0.0, IN_SERVICE[0], IN_SERVICE[1])] for lane in LANES}
     for entry in record.get("timeline") or []:
-        end = _number(entry.get("end"))
+        end = number(entry.get("end"))
         if end is None or (entry.get("outcome") or {}).get("skipped"):
             continue
         for lane, state, fill in PHASE_STATES.get(str(entry.get("phase")), ()):
@@ -90,7 +84,7 @@ def _phase_label(outcome: str, entry: Mapping[str, Any]) -> str:
     if outcome == "skipped":
         why = (entry.get("outcome") or {}).get("why")
         return "skipped" + (": %s" % why if why else "")
-    duration = _number(entry.get("duration_s"))
+    duration = number(entry.get("duration_s"))
     return "%s%s" % (outcome, "" if duration is None else ", %.1f s" % duration)
 
 
@@ -102,7 +96,7 @@ def _phases(record: Mapping[str, Any], scale: Scale, origin: float, top: float) 
         phase = str(entry.get("phase"))
         outcome = outcome_of(entry, record, index == len(timeline) - 1)
         fill, ink = OUTCOME_COLOURS[outcome]
-        start, end = _number(entry.get("start")), _number(entry.get("end"))
+        start, end = number(entry.get("start")), number(entry.get("end"))
         parts.append('<g class="phase phase-%s outcome-%s">' % (esc(phase), esc(outcome)))
         parts.append(text(8, y + 10, phase, extra=' fill="#222222"'))
         if start is not None and end is not None:
@@ -129,7 +123,7 @@ def _jobs(record: Mapping[str, Any], top: float) -> List[str]:
 
 def title(record: Mapping[str, Any]) -> str:
     plan = (record.get("plan") or {}).get("name") or "?"
-    duration = _number(record.get("duration_s"))
+    duration = number(record.get("duration_s"))
     return "Remediation %s of %s: plan %s, %s%s" % (
         record.get("id"), record.get("node"), plan, record.get("result") or "unfinished",
         "" if duration is None else " in %.1f s" % duration)
@@ -137,9 +131,9 @@ def title(record: Mapping[str, Any]) -> str:
 
 def render(record: Mapping[str, Any]) -> str:
     """The picture of one audit record (remediation_record's line)."""
-    origin = _number(record.get("started_at")) or 0.0
-    ends = [_number(entry.get("end")) for entry in record.get("timeline") or []]
-    last = max([end - origin for end in ends if end is not None] + [_number(record.get("duration_s")) or 0.0, 1.0])
+    origin = number(record.get("started_at")) or 0.0
+    ends = [number(entry.get("end")) for entry in record.get("timeline") or []]
+    last = max([end - origin for end in ends if end is not None] + [number(record.get("duration_s")) or 0.0, 1.0])
     scale = Scale(0.0, last * 1.03)
     axis_y = 70.0
     lanes_top = axis_y + 30
@@ -166,8 +160,9 @@ def render(record: Mapping[str, Any]) -> str:
         text(8, 40, subtitle[:160], size=11, extra=' fill="#555555"'),
     ]
     parts += axis(scale, axis_y)
+    states = lanes(record, origin)
     for index, lane in enumerate(LANES):
-        parts += _lane(scale, lanes_top + index * LANE_H, lane, lanes(record, origin)[lane])
+        parts += _lane(scale, lanes_top + index * LANE_H, lane, states[lane])
     parts += _phases(record, scale, origin, phases_top)
     parts += _jobs(record, jobs_top)
     parts.append("</svg>")

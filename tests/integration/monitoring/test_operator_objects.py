@@ -20,7 +20,7 @@ import yaml
 from agent_probe import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import REPO, PlaybookResult, kubectl, run_playbook, unestablished_crds
+from lab_harness import REPO, PlaybookResult, kubectl, namespace_exists, run_playbook, unestablished_crds
 from prometheus_stack import GROUP
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -85,16 +85,6 @@ def webhook_configs(alertmanager_config_spec: dict) -> list:
     return receivers["gpufleet-self-healing"]["webhookConfigs"]
 
 
-def namespace_exists(lab) -> bool:
-    try:
-        lab.kube().read_namespace(NAMESPACE)
-        return True
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-
-
 def is_subset(want, got, path="") -> list:
     """Paths where `got` lacks or differs from `want` (what the API server pruned or changed)."""
     if isinstance(want, dict):
@@ -113,7 +103,7 @@ def test_idempotency_ladder_on_the_operator_crds(lab, operator_crds, role):
     check = role("--check")
     assert check.rc == 0, check.output[-6000:]
     assert check.changed > 0
-    assert not namespace_exists(lab), "check mode created the namespace"
+    assert not namespace_exists(lab, NAMESPACE), "check mode created the namespace"
 
     first = role()
     assert first.rc == 0, first.output[-6000:]

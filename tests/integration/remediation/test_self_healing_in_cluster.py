@@ -16,14 +16,12 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import shutil
-import subprocess
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import Lab, PlaybookResult, run_playbook
+from lab_harness import Lab, PlaybookResult, kubectl, namespace_exists, run_playbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -75,20 +73,8 @@ def existing(lab: Lab) -> dict:
     return found
 
 
-def namespace_exists(lab: Lab) -> bool:
-    try:
-        lab.kube().read_namespace(NAMESPACE)
-        return True
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-
-
 def delete_namespace(lab: Lab) -> None:
-    binary = shutil.which("kubectl") or "kubectl"
-    subprocess.run([binary, "--kubeconfig", str(lab.kubeconfig), "delete", "namespace", NAMESPACE,
-                    "--ignore-not-found", "--wait=true", "--timeout=60s"], capture_output=True, timeout=90, check=False)
+    kubectl(lab, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=60s", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +98,11 @@ def runs(lab: Lab, tmp_path_factory):
     results = {}
     try:
         results["no_image"] = run(self_healing_decision_environment_image="")
-        results["no_image_objects"] = (namespace_exists(lab), existing(lab))
+        results["no_image_objects"] = (namespace_exists(lab, NAMESPACE), existing(lab))
         results["unauthenticated"] = run(self_healing_webhook_allow_unauthenticated=True)
-        results["unauthenticated_objects"] = (namespace_exists(lab), existing(lab))
+        results["unauthenticated_objects"] = (namespace_exists(lab, NAMESPACE), existing(lab))
         results["check_before"] = run("--check")
-        results["check_before_objects"] = (namespace_exists(lab), existing(lab))
+        results["check_before_objects"] = (namespace_exists(lab, NAMESPACE), existing(lab))
         results["apply"] = run()
         results["applied"] = existing(lab)
         results["rerun"] = run()
@@ -125,7 +111,7 @@ def runs(lab: Lab, tmp_path_factory):
         results["disable_check"] = run("--check", self_healing_enabled=False)
         results["after_disable_check"] = existing(lab)
         results["disable"] = run(self_healing_enabled=False)
-        results["disabled"] = (namespace_exists(lab), existing(lab))
+        results["disabled"] = (namespace_exists(lab, NAMESPACE), existing(lab))
         yield results
     finally:
         delete_namespace(lab)

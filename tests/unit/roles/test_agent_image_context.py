@@ -15,6 +15,7 @@ container runtime needed:
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shlex
@@ -33,7 +34,8 @@ CONTAINERFILE = REPO / "roles" / "health_agent" / "files" / "Containerfile"
 IMPORT_NAMES = {"nvidia-ml-py": "pynvml", "prometheus-client": "prometheus_client", "PyYAML": "yaml"}
 
 
-def instructions() -> List[Tuple[str, str]]:
+@functools.cache
+def instructions() -> Tuple[Tuple[str, str], ...]:
     """(INSTRUCTION, arguments) of the Containerfile, continuation lines joined."""
     text = re.sub(r"\\\n", " ", CONTAINERFILE.read_text())
     found = []
@@ -42,7 +44,7 @@ def instructions() -> List[Tuple[str, str]]:
         if line and not line.startswith("#"):
             word, rest = [*line.split(" ", 1), ""][:2]
             found.append((word.upper(), rest.strip()))
-    return found
+    return tuple(found)  # read once: every import looked up asks for the COPY lines
 
 
 def copies() -> List[Tuple[Path, str]]:
