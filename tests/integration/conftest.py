@@ -119,6 +119,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _starter.start()
 
 
+# Wall time per test module (setup, call and teardown of its tests): CI's time budget is spent by
+# modules, and --durations shows single tests only.
+_module_seconds: Dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
+    if not slowest or slowest[0][1] < 10:
+        return
+    terminalreporter.write_sep("=", "slowest integration modules (setup + call + teardown)")
+    for module, seconds in slowest:
+        terminalreporter.write_line("%8.1fs %s" % (seconds, module))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _starter is not None:
         _starter.join()
