@@ -53,8 +53,10 @@ options:
       - V(replaced) replaces O(name).
       - V(restored) is the rollback, for V(lab) only - O(name) comes back in service (with healthy GPUs, as
         after a repair) and the node that replaced it (or O(spare)) goes back to being a spare.
+      - V(retired), for V(lab) only, takes O(name) out of service with nothing in its place, as a pool that
+        shrinks does (C(playbooks/resize_node_pool.yml)). A node that is out already gives C(changed=false).
     type: str
-    choices: [replaced, restored]
+    choices: [replaced, restored, retired]
     default: replaced
   spare:
     description:
@@ -177,7 +179,8 @@ state:
 replacement:
   description:
     - The node now in service in place of the other - the spare (V(lab)), the new node (V(clusterapi)), or
-      O(name) itself after O(state=restored). V(null) for V(command), and in check mode where not yet known.
+      O(name) itself after O(state=restored). V(null) for V(command) and O(state=retired), and in check mode
+      where not yet known.
   returned: always
   type: str
   sample: gpu-a-005
@@ -248,7 +251,7 @@ def argspec():
     return dict(
         name=dict(type="str", required=True),
         provider=dict(type="str", required=True, choices=["lab", "clusterapi", "command"]),
-        state=dict(type="str", choices=["replaced", "restored"], default="replaced"),
+        state=dict(type="str", choices=["replaced", "restored", "retired"], default="replaced"),
         spare=dict(type="str"),
         boot_delay=dict(type="float", default=0),
         remediation_id=dict(type="str"),

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - urllib3 comes with kubernetes
     TransportError = OSError  # type: ignore[assignment,misc]
 
 PROVIDERS = ("lab", "clusterapi", "command")
-STATES = ("replaced", "restored")
+STATES = ("replaced", "restored", "retired")
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,13 @@ def check_request(request: ReplaceRequest) -> None:
         if request.state == "restored":
             raise FieldError("state", "restored is for provider lab only: provider %s cannot bring a replaced "
                              "machine back" % request.provider)
+        if request.state == "retired":
+            raise FieldError("state", "retired is for provider lab only: on a cluster, a pool shrinks by its "
+                             "provider (a smaller node group or MachineDeployment)")
         if request.spare is not None:
             raise FieldError("spare", "is for provider lab only; provider %s finds its own capacity" % request.provider)
+    if request.state == "retired" and request.spare is not None:
+        raise FieldError("spare", "is not used with state retired: nothing comes in the node's place")
     if request.provider == "lab" and not request.lab_dir:
         raise FieldError("lab_dir", "is required with provider lab")
 
@@ -154,6 +159,8 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
     nodes = LabNodes(lab_dir, kube, slurm, wait_timeout=request.wait_timeout, recipes=recipes)
     if request.state == "restored":
         outcome = lab_provider.restore(nodes, request.name, request.spare, check_mode)
+    elif request.state == "retired":
+        outcome = lab_provider.retire(nodes, request.name, check_mode)
     else:
         outcome = lab_provider.replace(nodes, request.name, request.spare, request.remediation_id,
                                        request.boot_delay, check_mode)

@@ -9,6 +9,8 @@ running at once cannot both take one spare (the second create gets 409 and moves
 
 ``restore`` is the rollback: the replaced node comes back (healthy GPUs, as after a repair) and
 its replacement goes back to being a spare.
+
+``retire`` takes a node out with nothing in its place: a pool that shrinks.
 """
 
 from __future__ import annotations
@@ -124,6 +126,17 @@ def restore(nodes: LabNodes, name: str, spare: Optional[str] = None, check_mode:
     after = {name: "in service", replacement: "out of service"}
     return LabOutcome(changed=bool(actions), replacement=name, retired=replacement, actions=actions, before=before,
                       after=after)
+
+
+def retire(nodes: LabNodes, name: str, check_mode: bool = False) -> LabOutcome:
+    """Take ``name`` out of service, no spare in its place; nothing to do when it is out already."""
+    nodes.recipe(name)
+    before = _service(nodes, name)
+    if before[name] == "in service":
+        nodes.check_no_jobs(name)
+    actions = nodes.retire(name, check_mode)
+    return LabOutcome(changed=bool(actions), replacement=None, retired=name, actions=actions, before=before,
+                      after={name: "out of service"})
 
 
 def describe(outcome: LabOutcome) -> Dict[str, Any]:

@@ -163,6 +163,56 @@ def test_add_node_pool_appears_in_kubernetes_and_slurm_and_a_one_click_rerun_cha
     assert again.rc == 0 and again.changed == 0, again.output[-6000:]
 
 
+def slurm_knows(lab, node: str) -> bool:
+    return lab.slurm("scontrol", "--future", "show", "node", node, check=False).startswith("NodeName=%s " % node)
+
+
+def test_a_pool_shrinks_after_its_jobs_are_evacuated_and_is_removed_with_nothing_left(lab):
+    """gpu-b (added above, 2 nodes): shrunk to 1 while a job runs on gpu-b-002, then removed."""
+    records = lab.lab_dir / "node-pools"
+    job = lab.slurm("sbatch", "--parsable", "--requeue", "--nodelist=gpu-b-002", "--job-name=resize-victim",
+                    "--wrap", "sleep 600").strip()
+    try:
+        deadline = time.monotonic() + 60
+        while lab.slurm("squeue", "--noheader", "--jobs", job, "--format=%T").strip() != "RUNNING":
+            assert time.monotonic() < deadline, "job %s did not start on gpu-b-002" % job
+            time.sleep(0.5)
+        refused = lab.playbook("resize-node-pool.yml", "-e", "pool=gpu-b", "-e", "count=1")
+        assert refused.rc != 0
+        assert "jobs run on the nodes that would leave: %s (resize-victim, root) on gpu-b-002" % job \
+            in " ".join(refused.output.split()), refused.output[-3000:]
+        assert refused.changed == 0 and sinfo_states(lab).get("gpu-b-002") == "allocated"
+
+        shrunk = lab.playbook("resize-node-pool.yml", "-e", "pool=gpu-b", "-e", "count=1",
+                              "-e", "evacuate_jobs=true", "-e", "grace=3")
+        assert shrunk.rc == 0, shrunk.output[-6000:]
+        # The job was requeued (not lost), and gpu-b-002 (no spares) is gone from Slurm and Kubernetes.
+        assert lab.slurm("squeue", "--noheader", "--jobs", job, "--format=%T", check=False).strip() != "RUNNING"
+        assert not slurm_knows(lab, "gpu-b-002") and sinfo_states(lab).get("gpu-b-001") == "idle"
+        kube = {n.metadata.name for n in lab.kube().list_node(label_selector="gpufleet.io/pool=gpu-b").items}
+        assert kube == {"gpu-b-001"}
+        assert json.loads((records / "gpu-b.json").read_text())["count"] == 1
+        assert not (lab.lab_dir / "gpus" / "gpu-b-002").exists()
+        assert not list((lab.lab_dir / "agent").glob("gpu-b-002.*"))
+    finally:
+        lab.slurm("scancel", job, check=False)
+
+    pids = lab.recorded_pids()
+    checked = lab.playbook("resize-node-pool.yml", "-e", "pool=gpu-b", "-e", "remove=true", "--check")
+    assert checked.rc == 0, checked.output[-6000:]
+    assert "leaving service: gpu-b-001" in checked.output
+    assert (records / "gpu-b.json").exists() and lab.recorded_pids() == pids and slurm_knows(lab, "gpu-b-001")
+
+    removed = lab.playbook("resize-node-pool.yml", "-e", "pool=gpu-b", "-e", "remove=true")
+    assert removed.rc == 0, removed.output[-6000:]
+    assert not lab.kube().list_node(label_selector="gpufleet.io/pool=gpu-b").items
+    assert not slurm_knows(lab, "gpu-b-001")
+    assert not (records / "gpu-b.json").exists() and not (lab.lab_dir / "recipes" / "gpu-b").exists()
+    assert not [name for name in lab.recorded_pids() if "gpu-b" in name]
+    # The inventory's pool is untouched.
+    assert all(sinfo_states(lab).get(name) == "idle" for name in ACTIVE)
+
+
 def test_lab_down_leaves_no_process_and_the_lab_comes_back(lab_down_up):
     """lab-down.yml, then one-click-slurm.yml on the lab's directory: done by the session right
     after the lab first came up (conftest), checked here."""

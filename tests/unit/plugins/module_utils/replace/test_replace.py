@@ -33,6 +33,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
         (dict(lab_dir=None), "lab_dir", "is required with provider lab"),
         (dict(command=["x"]), "command", "is for provider command only"),
         (dict(provider="clusterapi", state="restored"), "state", "restored is for provider lab only"),
+        (dict(provider="command", command=["x"], state="retired"), "state", "retired is for provider lab only"),
+        (dict(state="retired", spare="gpu-a-005"), "spare", "is not used with state retired"),
         (dict(provider="clusterapi", spare="gpu-a-005"), "spare", "is for provider lab only"),
         (dict(provider="command"), "command", "is required with provider command"),
         (dict(provider="command", command=["x"], command_timeout=0), "command_timeout", "more than 0"),
@@ -51,6 +53,7 @@ def test_good_requests_pass() -> None:
     # The remediation passes its lab settings whatever the provider: they are ignored.
     check_request(ReplaceRequest(name="node.example", provider="clusterapi", lab_dir="/lab", boot_delay=3))
     check_request(ReplaceRequest(name="n1", provider="command", command=["true"]))
+    check_request(ReplaceRequest(name="gpu-b-002", provider="lab", lab_dir="/lab", state="retired"))
 
 
 def test_placeholders_are_words_not_a_format_string() -> None:
