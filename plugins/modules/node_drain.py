@@ -42,6 +42,18 @@ options:
     description: Seconds between two tries of a refused eviction, and between two looks at the node's pods.
     type: float
     default: 1
+  return_after:
+    description:
+      - Seconds this call waits at most. When they pass before O(timeout) does and pods are still refused or
+        leaving, it returns RV(done=false) with them in RV(waiting), concludes nothing and records nothing; the
+        caller says where the drain is and calls again with O(started), so a long drain prints progress.
+      - Omit to wait up to O(timeout) in one call.
+    type: float
+  started:
+    description:
+      - When the drain began (RV(started) of the first call, seconds since the epoch), so that a drain waited
+        in slices times out when one call would have. Omit on the first call.
+    type: float
   grace_period:
     description:
       - Termination grace period (seconds) for the evicted pods, passed in the eviction's C(DeleteOptions).
@@ -144,10 +156,32 @@ timed_out:
   type: bool
   sample: false
 elapsed:
-  description: Seconds the drain took.
+  description: Seconds the drain took (this call).
   returned: success
   type: float
   sample: 1.204
+done:
+  description:
+    - V(false) when O(return_after) passed first with pods still to go (RV(waiting)); call again with O(started).
+  returned: success
+  type: bool
+  sample: true
+waiting:
+  description: With RV(done=false), the pods still refused or still leaving the node, as C(namespace/name).
+  returned: success
+  type: list
+  elements: str
+  sample: [ml/trainer-0]
+started:
+  description: When the drain began, seconds since the epoch; pass it as O(started) to the next call.
+  returned: success
+  type: float
+  sample: 1764842400.5
+timeout_left:
+  description: Seconds of O(timeout) left when the call returned.
+  returned: success
+  type: float
+  sample: 84.5
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -169,6 +203,8 @@ def argspec():
         name=dict(type="str", required=True),
         timeout=dict(type="float", default=120),
         poll=dict(type="float", default=1),
+        return_after=dict(type="float"),
+        started=dict(type="float"),
         grace_period=dict(type="int"),
         skip_daemonsets=dict(type="bool", default=True),
         fail_on_blocked=dict(type="bool", default=False),
@@ -183,8 +219,11 @@ def main():
     try:
         api = EvictionApi(core_v1_for(p))
         result = drain_node(
-            api, p["name"], p["timeout"], p["poll"], p["grace_period"], p["skip_daemonsets"], module.check_mode
+            api, p["name"], p["timeout"], p["poll"], p["grace_period"], p["skip_daemonsets"], module.check_mode,
+            return_after=p["return_after"], started=p["started"],
         ).as_dict()
+        if not result["done"]:
+            module.exit_json(**result)  # a slice of the drain: recorded on the last one
         # A blocked drain stops the remediation here: the node stays fenced and quarantined.
         blocked = [item["pod"] for item in result["blocked"]]
         record(p["progress"], p["name"],

@@ -70,6 +70,20 @@ options:
     type: str
     default: requeue
     choices: [requeue, cancel]
+  return_after:
+    description:
+      - With O(state=evacuated), seconds this call waits at most. When they pass before the grace does and jobs
+        are still on the node, it returns RV(done=false) with those jobs and RV(grace_left), requeues and cancels
+        nothing, and the caller says where the wait is and calls again with O(grace_started) (and O(skip_signal)
+        or O(progress)), so a long grace prints progress instead of one line at its end.
+      - Omit to wait the whole grace in one call.
+    type: float
+  grace_started:
+    description:
+      - With O(state=evacuated), when the grace began (RV(grace_started) of the first call, seconds since the
+        epoch), so that a grace waited in slices ends when one call's would have.
+      - Omit on the first call.
+    type: float
   skip_signal:
     description:
       - Ids of jobs an earlier run of the same remediation has signalled already (its RV(signalled)).
@@ -185,6 +199,23 @@ jobs:
       returned: when O(state=evacuated)
       type: str
       sample: null
+done:
+  description:
+    - V(false) when O(return_after) passed before the grace and jobs are still on the node (their RV(jobs[].fate)
+      is V(null)); call again with O(grace_started). V(true) otherwise.
+  returned: with O(state=evacuated)
+  type: bool
+  sample: true
+grace_started:
+  description: When the grace began, seconds since the epoch; pass it as O(grace_started) to the next call.
+  returned: with O(state=evacuated)
+  type: float
+  sample: 1764842400.5
+grace_left:
+  description: Seconds of grace left when the call returned (V(0) once it is over).
+  returned: with O(state=evacuated)
+  type: float
+  sample: 42.0
 signalled:
   description: Ids of the jobs this run signalled (in check mode, would signal); pass them as O(skip_signal) on a rerun.
   returned: success
@@ -227,6 +258,8 @@ def argspec():
         poll=dict(type="float", default=1),
         then=dict(type="str", default="requeue", choices=["requeue", "cancel"]),
         skip_signal=dict(type="list", elements="str", default=[]),
+        return_after=dict(type="float"),
+        grace_started=dict(type="float"),
         slurm_conf=dict(type="path"),
         bin_dir=dict(type="path"),
         timeout=dict(type="float", default=30),
@@ -245,7 +278,10 @@ def evacuate_and_record(module, client):
         record_intent(p["progress"], p["node"], earlier + [job for job in ids if job not in earlier], module.check_mode)
 
     result = slurm_jobs(client, p["node"], "evacuated", signal=p["signal"], grace=p["grace"], poll=p["poll"],
-                        then=p["then"], skip_signal=skip, on_signalled=signalled_now)
+                        then=p["then"], skip_signal=skip, return_after=p["return_after"],
+                        grace_started=p["grace_started"], on_signalled=signalled_now)
+    if not result["done"]:
+        return result  # a slice of the grace: the phase is done on the last one
     every = earlier + [job for job in result["signalled"] if job not in earlier]
     record(p["progress"], p["node"], {"jobs": result["jobs"], "signalled": every, "waited_s": result["waited"]},
            module.check_mode)
@@ -261,8 +297,10 @@ def main():
         if p["progress"] and p["state"] == "evacuated":
             result = evacuate_and_record(module, client)
         else:
+            slices = dict(return_after=p["return_after"], grace_started=p["grace_started"]) \
+                if p["state"] == "evacuated" else {}
             result = slurm_jobs(client, p["node"], p["state"], signal=p["signal"], grace=p["grace"], poll=p["poll"],
-                                then=p["then"], skip_signal=p["skip_signal"])
+                                then=p["then"], skip_signal=p["skip_signal"], **slices)
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
         module.fail_json(msg=str(exc), **details)

@@ -11,6 +11,11 @@ finished pods are left alone, as ``kubectl drain --ignore-daemonsets`` does.
 
 ``EvictionApi`` is the only part that talks to the API server; ``drain_node`` is the loop
 around it, with the clock and the sleep passed in.
+
+A long drain can be waited in slices (``return_after``): the call returns ``done=false`` with the
+pods still refused or still leaving, and the caller says where the drain is and calls again with
+``started`` (the wall-clock time the first call returned), so the timeout is counted once. A pod
+evicted in an earlier slice is terminating by then, and is waited for, not evicted again.
 """
 
 from __future__ import annotations
@@ -129,6 +134,10 @@ class DrainResult:
     blocked: List[Dict[str, str]] = field(default_factory=list)
     timed_out: bool = False
     elapsed: float = 0.0
+    done: bool = True  # False: a slice ended before the timeout with pods still to go
+    waiting: List[str] = field(default_factory=list)  # with done=False: the pods refused or still leaving
+    started: float = 0.0  # when the drain's timeout began (time.time()), for the next slice
+    timeout_left: float = 0.0
 
     @property
     def changed(self) -> bool:
@@ -144,6 +153,10 @@ class DrainResult:
             "blocked": self.blocked,
             "timed_out": self.timed_out,
             "elapsed": round(self.elapsed, 3),
+            "done": self.done,
+            "waiting": self.waiting,
+            "started": self.started,
+            "timeout_left": round(self.timeout_left, 2),
         }
 
 
@@ -162,11 +175,16 @@ def drain_node(
     check_mode: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    return_after: Optional[float] = None,
+    started: Optional[float] = None,
+    wall: Callable[[], float] = time.time,
 ) -> DrainResult:
     """Evict the pods of ``node`` and wait until they have left it, or ``timeout`` seconds pass.
 
     Check mode asks each eviction with the API server's dry run: a pod a budget protects shows
     up in ``blocked``, the others in ``evicted``; nothing is evicted and nothing is waited for.
+    ``return_after``: seconds this call waits at most before it returns ``done=False``;
+    ``started``: when an earlier slice of the same drain began (``time.time()``).
     """
     # An empty name would list every node and select every unscheduled pod (spec.nodeName=):
     # the drain of "" evicted every Pending pod of the cluster.
@@ -175,11 +193,15 @@ def drain_node(
     poll = check_number(poll, "poll", above=0)
     if grace_period is not None and grace_period < 0:
         raise FieldError("grace_period", "must be 0 or more seconds, got %r" % (grace_period,))
+    if return_after is not None:
+        check_number(return_after, "return_after", above=0)
+    began = wall() if started is None else check_number(started, "started", above=0)
     start = clock()
-    deadline = start + timeout
+    deadline = start + max(0.0, began + timeout - wall())
+    until = deadline if return_after is None else min(deadline, start + return_after)
     api.check_node(node)
     plan = classify(api.pods(node), skip_daemonsets)
-    result = DrainResult(skipped=plan.skipped, gone=[pod_ref(p) for p in plan.terminating])
+    result = DrainResult(skipped=plan.skipped, gone=[pod_ref(p) for p in plan.terminating], started=began)
     waiting = {_uid(p): pod_ref(p) for p in plan.terminating}
     pending = plan.evict
     refusals: Dict[str, str] = {}
@@ -217,9 +239,9 @@ def drain_node(
                 refused.append(pod)
                 refusals[pod_ref(pod)] = outcome.message
         pending = refused
-        if not pending or clock() >= deadline:
+        if not pending or clock() >= until:
             break
-        sleep(min(poll, max(deadline - clock(), 0)))
+        sleep(min(poll, max(until - clock(), 0)))
 
     # Evicted is not yet gone: the pod terminates (its grace period) before it leaves the node.
     # The first looks come quickly (a pod without a grace period is gone in milliseconds), then
@@ -228,10 +250,18 @@ def drain_node(
     while waiting:
         present = {_uid(p) for p in api.pods(node)}
         waiting = {uid: ref for uid, ref in waiting.items() if uid in present}
-        if not waiting or clock() >= deadline:
+        if not waiting or clock() >= until:
             break
-        sleep(min(delay, max(deadline - clock(), 0)))
+        sleep(min(delay, max(until - clock(), 0)))
         delay = min(delay * 2, poll)
+
+    if (pending or waiting) and clock() < deadline:
+        # A slice ended before the timeout: say what is left; nothing is concluded yet.
+        result.done = False
+        result.waiting = [pod_ref(p) for p in pending] + list(waiting.values())
+        result.timeout_left = deadline - clock()
+        result.elapsed = clock() - start
+        return result
 
     result.blocked = [{"pod": pod_ref(p), "reason": refusals[pod_ref(p)]} for p in pending]
     result.blocked += [

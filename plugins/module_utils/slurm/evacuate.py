@@ -30,6 +30,13 @@ Last, it looks at each job once more and reports the state it is in now: PENDING
 RUNNING (on another node already), COMPLETED, FAILED, CANCELLED, or null when Slurm no longer
 lists it.
 
+A long grace can be waited in slices (``return_after``): the call returns ``done=false`` with the
+jobs still on the node and the seconds of grace left, requeues and cancels nothing, and the
+caller says where the wait is and calls again with ``grace_started`` (the wall-clock time the
+first call returned), so the grace is counted once however many calls it takes. The signals are
+not sent twice: the caller passes the ids signalled so far in ``skip_signal``, or the remediation's
+record holds them.
+
 In check mode nothing runs and nothing is waited for; each job's fate is the one it would get if
 it did not leave within the grace. The clock and sleep are injected, so the waiting is tested
 without time passing.
@@ -119,13 +126,18 @@ def list_jobs(client: Any, node: str) -> Dict[str, Any]:
 
 
 def check_evacuation(node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0, then: str = "requeue",
-                     skip_signal: Optional[Iterable[Any]] = None) -> Dict[str, Any]:
+                     skip_signal: Optional[Iterable[Any]] = None, return_after: Optional[float] = None,
+                     grace_started: Optional[float] = None) -> Dict[str, Any]:
     """The options checked and normalised; bad input is a FieldError naming the option."""
     check_node(node)
     if then not in THEN:
         raise FieldError("then", "must be one of %s, not %r" % (", ".join(THEN), then))
     check_number(grace, "grace", minimum=0)
     check_number(poll, "poll", above=0)
+    if return_after is not None:
+        check_number(return_after, "return_after", above=0)
+    if grace_started is not None:
+        check_number(grace_started, "grace_started", above=0)
     return dict(signal=check_signal(signal), skip=set(check_job_ids(list(skip_signal or []), "skip_signal",
                                                                     allow_empty=True)))
 
@@ -164,18 +176,26 @@ def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optio
 
 def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0,
              then: str = "requeue", skip_signal: Optional[Iterable[Any]] = None,
+             return_after: Optional[float] = None, grace_started: Optional[float] = None,
              clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
+             wall: Callable[[], float] = time.time,
              on_signalled: Optional[Callable[[List[str]], None]] = None) -> Dict[str, Any]:
-    """What ``state=evacuated`` returns: changed, jobs (each with its fate), signalled, waited, command.
+    """What ``state=evacuated`` returns: changed, done, jobs (each with its fate), signalled, waited,
+    command, grace_started and grace_left.
 
     ``on_signalled(ids)`` is called with the jobs this call signalled, once they all have the signal
     and before the wait: the remediation records them there, so that a rerun after a crash in the
-    wait does not signal them again."""
-    checked = check_evacuation(node, signal, grace, poll, then, skip_signal)
+    wait does not signal them again. ``return_after``: seconds this call waits at most before it
+    returns ``done=false`` (the grace not over, jobs still on the node); ``grace_started``: when an
+    earlier call of the same evacuation started the grace (``time.time()``), so it ends as it would
+    have in one call."""
+    checked = check_evacuation(node, signal, grace, poll, then, skip_signal, return_after, grace_started)
     jobs = node_jobs(client, node)
+    began = wall() if grace_started is None else float(grace_started)
     if not jobs and not checked["skip"]:
-        return dict(changed=False, jobs=[], signalled=[], waited=0.0, command=[])
+        return dict(changed=False, done=True, jobs=[], signalled=[], waited=0.0, command=[], grace_started=began,
+                    grace_left=0.0)
     fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue) for job in jobs}
     # Jobs signalled earlier that have left the node already are accounted for too: the report
     # names every job the node had, not only those still there.
@@ -202,19 +222,30 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
 
         waiting = [job_id for job_id, fate in fates.items() if fate.fate is None]
         started = clock()
+        # The grace is counted from when it began, in this call or an earlier slice of it.
+        deadline = started + max(0.0, began + grace - wall())
+        until = deadline if return_after is None else min(deadline, started + return_after)
         if client.check_mode:
             latest = {job.job_id: job for job in jobs}
             still = waiting
         else:
-            deadline = started + grace
             while True:
                 latest = {job.job_id: job for job in client.jobs(nodes=[node])}
                 still = [job_id for job_id in waiting if job_id in latest and on_node(latest[job_id], node)]
                 now = clock()
-                if not still or now >= deadline:
+                if not still or now >= until:
                     break
-                sleep(max(0.0, min(poll, deadline - now)))
+                sleep(max(0.0, min(poll, until - now)))
         waited = round(clock() - started, 2)
+        grace_left = round(max(0.0, deadline - clock()), 2)
+        if still and grace_left > 0 and not client.check_mode:
+            # A slice ended before the grace: say where the wait is; nothing requeued or cancelled yet.
+            for job_id in waiting:
+                fates[job_id].fate = None if job_id in still else LEFT
+                fates[job_id].state = latest[job_id].state if job_id in latest else None
+            return dict(changed=bool(command), done=False, jobs=[fate.as_dict() for fate in fates.values()],
+                        signalled=signalled, waited=waited, command=command, grace_started=began,
+                        grace_left=grace_left)
 
         for job_id in waiting:
             fate = fates[job_id]
@@ -256,8 +287,8 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
                 now_jobs = _last_look(client, fates)
         except SlurmError as exc:
             raise EvacuationError(exc, signalled, command) from exc
-    return dict(changed=bool(command), jobs=[fate.as_dict() for fate in fates.values()], signalled=signalled,
-                waited=waited, command=command)
+    return dict(changed=bool(command), done=True, jobs=[fate.as_dict() for fate in fates.values()],
+                signalled=signalled, waited=waited, command=command, grace_started=began, grace_left=0.0)
 
 
 def _last_look(client: Any, fates: Dict[str, JobFate]) -> Dict[str, SlurmJob]:

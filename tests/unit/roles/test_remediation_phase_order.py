@@ -22,11 +22,15 @@ PROGRESS = "gpufleet.resilience.remediation_progress"
 PHASE_IN_PROGRESS = re.compile(r"'phase': '([a-z_]+)'")
 
 
-def tasks_in(block: List[Any]) -> Iterator[dict]:
+def tasks_in(block: List[Any], included: frozenset = frozenset()) -> Iterator[dict]:
+    """Every task of the block, and of the files it includes (jobs_grace.yml includes itself: once)."""
     for task in block or ():
         yield task
         for part in ("block", "rescue", "always"):
-            yield from tasks_in(task.get(part))
+            yield from tasks_in(task.get(part), included)
+        name = task.get("ansible.builtin.include_tasks")
+        if isinstance(name, str) and name not in included:
+            yield from tasks_in(yaml.safe_load((PHASES_YML.parent / name).read_text()), included | {name})
 
 
 def phase_blocks() -> List[tuple]:

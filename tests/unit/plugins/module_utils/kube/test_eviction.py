@@ -120,7 +120,8 @@ class ScriptedEvictionApi:
 
 
 def drain(api: ScriptedEvictionApi, clock: FakeClock, **kwargs: Any):
-    return drain_node(api, "gpu-a-003", clock=clock, sleep=clock.sleep, **kwargs)
+    # One fake clock is both the monotonic and the wall clock.
+    return drain_node(api, "gpu-a-003", clock=clock, sleep=clock.sleep, wall=clock, **kwargs)
 
 
 def test_daemonset_mirror_finished_and_terminating_pods_are_not_evicted() -> None:
@@ -224,6 +225,10 @@ def test_a_node_with_nothing_to_evict_is_no_change() -> None:
         "blocked": [],
         "timed_out": False,
         "elapsed": 0.0,
+        "done": True,
+        "waiting": [],
+        "started": 100.0,
+        "timeout_left": 0.0,
     }
 
 
@@ -265,3 +270,23 @@ def test_the_refusal_message_names_the_budget() -> None:
 
     assert api_message(Refusal()) == PDB_MESSAGE
     assert api_message(Exception("no body")) == ""
+
+
+def test_a_drain_waited_in_slices_says_what_is_left_and_times_out_once() -> None:
+    clock = FakeClock()
+    api = ScriptedEvictionApi([pod("a"), pod("b")], {"ml/b": [EvictionOutcome(BLOCKED, PDB_MESSAGE)]})
+    first = drain(api, clock, poll=1, timeout=10, return_after=4)
+    assert not first.done and first.waiting == ["ml/b"] and first.evicted == ["ml/a"]
+    assert first.started == 100.0 and first.timeout_left == pytest.approx(6) and first.blocked == []
+    second = drain(api, clock, poll=1, timeout=10, return_after=4, started=first.started)
+    assert not second.done and second.timeout_left == pytest.approx(2)
+    last = drain(api, clock, poll=1, timeout=10, return_after=4, started=first.started)
+    assert last.done and last.timed_out and last.blocked == [{"pod": "ml/b", "reason": PDB_MESSAGE}]
+    assert clock.now - 100 == pytest.approx(10, abs=0.01)  # the timeout once, not once per slice
+
+
+def test_a_slice_that_sees_the_pods_leave_is_done() -> None:
+    clock = FakeClock()
+    api = ScriptedEvictionApi([pod("a")], {}, linger=2)
+    result = drain(api, clock, poll=1, timeout=60, return_after=30)
+    assert result.done and result.evicted == ["ml/a"] and not result.timed_out and result.waiting == []

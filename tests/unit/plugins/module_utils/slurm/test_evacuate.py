@@ -169,7 +169,8 @@ class FakeSlurm:
 
 
 def run(slurm: FakeSlurm, **options):
-    return evacuate(slurm, NODE, clock=slurm.clock, sleep=slurm.clock.sleep, **options)
+    # One fake clock is both the monotonic and the wall clock.
+    return evacuate(slurm, NODE, clock=slurm.clock, sleep=slurm.clock.sleep, wall=slurm.clock, **options)
 
 
 def fates(result) -> Dict[str, Tuple[bool, str, Optional[str]]]:
@@ -180,7 +181,8 @@ def test_no_jobs_changes_nothing_and_runs_nothing():
     clock = Clock()
     slurm = FakeSlurm([Job("7", node="gpu-a-002")], clock)
     result = run(slurm)
-    assert result == {"changed": False, "jobs": [], "signalled": [], "waited": 0.0, "command": []}
+    assert result == {"changed": False, "done": True, "jobs": [], "signalled": [], "waited": 0.0, "command": [],
+                      "grace_started": 100.0, "grace_left": 0.0}
     assert slurm.mutations() == [] and clock.sleeps == []
 
 
@@ -463,3 +465,34 @@ def test_on_signalled_hears_every_signalled_job_before_the_first_wait():
     heard.clear()
     run(FakeSlurm([Job("7")], Clock()), grace=0, skip_signal=["7"], on_signalled=on_signalled)
     assert heard == []
+
+
+def test_a_grace_waited_in_slices_says_where_it_is_and_ends_as_one_wait_would():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7"), Job("8", on_signal=(25, "PENDING"))], clock)
+    first = run(slurm, grace=60, poll=5, return_after=20)
+    assert first["done"] is False and first["grace_started"] == 100.0 and first["grace_left"] == 40.0
+    assert first["signalled"] == ["7", "8"] and first["changed"] is True
+    assert fates(first) == {"7": (True, None, "RUNNING"), "8": (True, None, "RUNNING")}
+    assert not [call for call in slurm.mutations() if call[0] != "signal"]  # nothing requeued yet
+
+    second = run(slurm, grace=60, poll=5, return_after=20, grace_started=first["grace_started"],
+                 skip_signal=first["signalled"])
+    assert second["done"] is False and second["signalled"] == [] and second["changed"] is False
+    assert second["grace_left"] == 20.0 and fates(second)["8"][:2] == (True, LEFT)  # it left in the first slice
+
+    last = run(slurm, grace=60, poll=5, return_after=20, grace_started=first["grace_started"],
+               skip_signal=first["signalled"])
+    assert last["done"] is True and last["grace_left"] == 0.0
+    assert fates(last) == {"7": (True, REQUEUED, "PENDING"), "8": (True, LEFT, "PENDING")}
+    assert sum(clock.sleeps) == pytest.approx(60)  # the grace once, not once per slice
+    assert [call[0] for call in slurm.mutations()] == ["signal", "signal", "requeue"]
+
+
+def test_a_slice_longer_than_what_is_left_of_the_grace_ends_with_the_grace():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7")], clock)
+    started = clock.now - 50  # an earlier slice began the 60 s grace 50 s ago
+    result = run(slurm, grace=60, poll=5, return_after=30, grace_started=started, skip_signal=["7"])
+    assert result["done"] is True and sum(clock.sleeps) == pytest.approx(10)
+    assert fates(result) == {"7": (True, REQUEUED, "PENDING")}
