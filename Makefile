@@ -22,7 +22,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export GPUFLEET_CACHE_DIR := $(CACHE_DIR)
 export PYTHONPATH := $(CURDIR)/collections
 
-.PHONY: help setup venv link debs fake-nvml lab-binaries lint test-names ruff imports ansible-lint sanity units \
+.PHONY: help setup venv link debs fake-nvml lab-binaries lint quick-lint test-names ruff imports ansible-lint sanity units \
         pytest test lab lab-status lab-down bench build clean
 
 help:
@@ -67,7 +67,10 @@ fake-nvml: venv debs
 lab-binaries:
 	tools/build-go-binaries.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
 
-lint: test-names ruff imports ansible-lint
+lint: quick-lint ansible-lint
+# The checks of seconds; `make test` runs ansible-lint (a minute) in the background of pytest instead
+# (tests/integration/test_ansible_lint.py), where it overlaps the lab tests.
+quick-lint: test-names ruff imports
 # pytest (rootdir imports, no __init__.py) refuses two test files of one basename, but only when it
 # collects, after every slower step: say so in a second instead.
 test-names:
@@ -92,7 +95,7 @@ pytest: venv link fake-nvml
 	pytest -n 0 --durations=30 tests
 
 test:
-	$(PARALLEL_SETUP) venv link debs fake-nvml lab-binaries lint
+	$(PARALLEL_SETUP) venv link debs fake-nvml lab-binaries quick-lint
 	$(MAKE) --no-print-directory pytest
 
 lab: setup

@@ -171,7 +171,7 @@ def test_a_pool_shrinks_after_its_jobs_are_evacuated_and_is_removed_with_nothing
     """gpu-b (added above, 2 nodes): shrunk to 1 while a job runs on gpu-b-002, then removed."""
     records = lab.lab_dir / "node-pools"
     job = lab.slurm("sbatch", "--parsable", "--requeue", "--nodelist=gpu-b-002", "--job-name=resize-victim",
-                    "--wrap", "sleep 600").strip()
+                    "--output=/dev/null", "--wrap", "sleep 600").strip()
     try:
         deadline = time.monotonic() + 60
         while lab.slurm("squeue", "--noheader", "--jobs", job, "--format=%T").strip() != "RUNNING":
@@ -181,7 +181,7 @@ def test_a_pool_shrinks_after_its_jobs_are_evacuated_and_is_removed_with_nothing
         assert refused.rc != 0
         assert "jobs run on the nodes that would leave: %s (resize-victim, root) on gpu-b-002" % job \
             in " ".join(refused.output.split()), refused.output[-3000:]
-        assert refused.changed == 0 and sinfo_states(lab).get("gpu-b-002") == "allocated"
+        assert refused.changed == 0 and sinfo_states(lab).get("gpu-b-002") in ("mixed", "allocated")
 
         shrunk = lab.playbook("resize-node-pool.yml", "-e", "pool=gpu-b", "-e", "count=1",
                               "-e", "evacuate_jobs=true", "-e", "grace=3")

@@ -267,17 +267,29 @@ def test_a_pdb_that_blocks_the_drain_is_reported_and_the_node_stays_fenced(fleet
             30,
             what="the PDB to count its pod",
         )
+        # A job that ignores SIGTERM stays for the whole grace: the waits come in slices, each line saying
+        # what is left (a pinned job: it is requeued, and cancelled below).
+        stubborn = fleet.lab.slurm("sbatch", "--parsable", "--requeue", "--nodelist=" + node, "--job-name=stubborn",
+                                   "--output=/dev/null", "--wrap", "trap '' TERM; sleep 300 & wait; sleep 300").strip()
+        wait_for(lambda: fleet.lab.slurm("squeue", "--noheader", "--jobs", stubborn, "--format=%T").strip()
+                 == "RUNNING", 60, what="the stubborn job running")
         inject(fleet.lab, node, 79)
-        run = fleet.remediate(node, remediation_drain_timeout=5)
+        run = fleet.remediate(node, remediation_drain_timeout=5, remediation_grace=4, remediation_progress_every=1.5)
         assert run.rc == 0, run.output[-3000:]
+        said = " ".join(run.output.split())
+        assert "%s: %s still on the node" % (node, stubborn) in said, run.output[-4000:]
+        assert "%s: %s/guarded still to leave" % (node, namespace) in said, run.output[-4000:]
         record = fleet.audit(node)[-1]
         assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "drain"
+        jobs = next(s for s in record["timeline"] if s["phase"] == "jobs")["outcome"]
+        assert [(job["job_id"], job["fate"]) for job in jobs["jobs"]] == [(stubborn, "requeued")]
         drain = next(s for s in record["timeline"] if s["phase"] == "drain")["outcome"]
         assert [b["pod"] for b in drain["blocked"]] == ["%s/guarded" % namespace]
         kube = fleet.kube_node(node)
         assert kube is not None and kube["spec"]["unschedulable"]  # fenced, quarantined, not replaced
         assert fleet.slurm_node(node)["State"].startswith("DOWN")
     finally:
+        fleet.lab.slurm("scancel", "--name=stubborn", check=False)
         api.delete_namespace(namespace)
         fleet.heal(node)
 
