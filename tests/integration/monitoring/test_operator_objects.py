@@ -70,7 +70,24 @@ def role(lab, tmp_path_factory):
         variables = {key: value for key, value in dict(base_vars, **extra).items() if value is not None}
         return run_playbook(["-i", "localhost,", str(playbook), "-e", json.dumps(variables), *args], lab.env())
 
+    def cases(name: str, overrides: dict) -> tuple:
+        """Every case in one run (as shipped_inventory.play_cases does for inventories): one local host
+        per case with its own variables, so the role's checks run side by side and each host stops at
+        its own first refusal. Returns the run and, per case, its last task result as JSON text."""
+        inventory = work / ("cases-%s.yml" % name)
+        hosts = {case: dict({key: value for key, value in dict(base_vars, **extra).items() if value is not None},
+                            ansible_connection="local", ansible_python_interpreter="{{ ansible_playbook_python }}")
+                 for case, extra in overrides.items()}
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        play = work / "monitoring-cases.yml"
+        play.write_text(PLAYBOOK.replace("hosts: localhost", "hosts: all"))
+        tree = work / ("tree-%s" % name)
+        env = dict(lab.env(), ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree", ANSIBLE_CALLBACK_TREE_DIR=str(tree))
+        result = run_playbook(["-i", str(inventory), str(play)], env)
+        return result, {case: (tree / case).read_text() if (tree / case).is_file() else "" for case in overrides}
+
     run.manifests = manifests
+    run.cases = cases
     return run
 
 
@@ -207,39 +224,54 @@ def test_missing_operator_crds_fail_before_anything_is_applied(lab, operator_crd
         wait_for(lambda: not unestablished_crds(lab, [name]), timeout=60, interval=0.5, what="%s Established" % name)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:19500/endpoint", "https://[::1]:5000/endpoint",
-                                 "http://localhost:5000/endpoint", ""])
+LOOPBACK = {"ipv4": "http://127.0.0.1:19500/endpoint", "ipv6": "https://[::1]:5000/endpoint",
+            "localhost": "http://localhost:5000/endpoint", "empty": ""}
+
+
 def test_a_receiver_alertmanager_cannot_reach_from_its_pod_is_refused_before_anything_is_applied(
-        lab, operator_crds, role, url):
-    refused = role(monitoring_name="gpufleet-loopback", monitoring_alert_webhook_url=url, monitoring_manifests_dir="")
-    said = " ".join(refused.output.split())
+        lab, operator_crds, role):
+    # One run, one host per URL (role.cases); each stops at its own refusal.
+    refused, last = role.cases("loopback", {case: dict(monitoring_name="gpufleet-loopback-" + case,
+                                                       monitoring_alert_webhook_url=url, monitoring_manifests_dir="")
+                                            for case, url in LOOPBACK.items()})
     assert refused.rc != 0 and refused.changed == 0, refused.output[-3000:]
-    assert ("monitoring_alert_webhook_url (%s) is a loopback address" % url if url else
-            "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager reaches") in said, said[-3000:]
-    assert "gpufleet-loopback-alerts" not in custom_objects(lab, "prometheusrules")
+    for case, url in LOOPBACK.items():
+        said = " ".join(last[case].replace("\\n", " ").split())
+        assert ("monitoring_alert_webhook_url (%s) is a loopback address" % url if url else
+                "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager reaches") in said, \
+            (case, said[-3000:])
+    assert not [name for name in custom_objects(lab, "prometheusrules") if name.startswith("gpufleet-loopback")]
 
 
-@pytest.mark.parametrize("self_healing, url", [
-    ({"kubernetes_backend": "existing", "self_healing_namespace": "gpufleet-eda"},
-     "http://gpufleet-self-healing.gpufleet-eda.svc:19500/endpoint"),
-    ({"self_healing_backend": "kubernetes", "self_healing_webhook_port": 5000},
-     "http://gpufleet-self-healing.gpufleet-system.svc:5000/endpoint"),
-    ({"kubernetes_backend": "existing", "self_healing_backend": "systemd"}, None),
-    ({"kubernetes_backend": "existing", "self_healing_enabled": False}, None),
-], ids=["default-backend", "port", "systemd", "self-healing-off"])
-def test_the_receiver_defaults_to_the_in_cluster_rulebooks_service(lab, operator_crds, role, self_healing, url):
-    # No monitoring_alert_webhook_url: the self_healing role's kubernetes backend names the Service
-    # (roles/self_healing/vars/main.yml, self_healing__kube_name); any other backend has no default.
-    done = role(monitoring_name="gpufleet-derived", monitoring_alert_webhook_url=None, monitoring_manifests_dir="",
-                **self_healing)
-    said = " ".join(done.output.split())
-    if url is None:
-        assert done.rc != 0 and done.changed == 0, done.output[-3000:]
-        assert "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager" in said, said[-3000:]
-        return
-    assert done.rc == 0, done.output[-3000:]
-    route = custom_objects(lab, "alertmanagerconfigs", "v1alpha1")["gpufleet-derived-self-healing"]["spec"]
-    assert webhook_configs(route) == [{"url": url, "sendResolved": True}]
+# No monitoring_alert_webhook_url: the self_healing role's kubernetes backend names the Service
+# (roles/self_healing/vars/main.yml, self_healing__kube_name); any other backend has no default.
+DERIVED = {
+    "default-backend": ({"kubernetes_backend": "existing", "self_healing_namespace": "gpufleet-eda"},
+                        "http://gpufleet-self-healing.gpufleet-eda.svc:19500/endpoint"),
+    "port": ({"self_healing_backend": "kubernetes", "self_healing_webhook_port": 5000},
+             "http://gpufleet-self-healing.gpufleet-system.svc:5000/endpoint"),
+    "systemd": ({"kubernetes_backend": "existing", "self_healing_backend": "systemd"}, None),
+    "self-healing-off": ({"kubernetes_backend": "existing", "self_healing_enabled": False}, None),
+}
+
+
+def test_the_receiver_defaults_to_the_in_cluster_rulebooks_service(lab, operator_crds, role):
+    done, last = role.cases("derived", {
+        case: dict(self_healing, monitoring_name="gpufleet-derived-" + case, monitoring_alert_webhook_url=None,
+                   monitoring_manifests_dir="")
+        for case, (self_healing, _url) in DERIVED.items()})
+    assert done.rc != 0, done.output[-3000:]  # the two without a default are refused
+    routes = custom_objects(lab, "alertmanagerconfigs", "v1alpha1")
+    for case, (_self_healing, url) in DERIVED.items():
+        if url is None:
+            said = " ".join(last[case].split())
+            assert "monitoring_alert_webhook_url must be the http(s) URL at which Alertmanager" in said, \
+                (case, said[-3000:])
+            assert "gpufleet-derived-%s-self-healing" % case not in routes
+            continue
+        assert done.recap[case]["failed"] == 0, (case, done.output[-3000:])
+        assert webhook_configs(routes["gpufleet-derived-%s-self-healing" % case]["spec"]) == [
+            {"url": url, "sendResolved": True}]
 
 
 def test_a_label_the_role_stops_setting_is_removed(lab, operator_crds, role):
