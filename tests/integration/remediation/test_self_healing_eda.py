@@ -485,35 +485,51 @@ SHIPPED = {
 }
 
 
-def staged(tmp_path: Path, variables: Dict[str, Any]):
-    """The role with backend systemd, staged below tmp_path/root; its venv (tmp_path/opt/venv, also
-    staged) is the repo's, so the unit's ExecStart names a program that exists."""
-    root = tmp_path / "root"
-    prefix = tmp_path / "opt"
-    for place in (prefix, root / str(prefix).lstrip("/")):
-        place.mkdir(parents=True)
-        (place / "venv").symlink_to(VENV_BIN.parent)
+def staged_cases(tmp_path: Path, cases: Dict[str, Dict[str, Any]]) -> Dict[str, tuple]:
+    """The role with backend systemd, staged below tmp_path/<case>/root for each case, in one run (a local
+    host per case, its settings as host variables); each venv (tmp_path/<case>/opt/venv, also staged) is
+    the repo's, so the unit's ExecStart names a program that exists. (root, prefix) per case."""
+    hosts, staged_at = {}, {}
+    for case, variables in cases.items():
+        root = tmp_path / case / "root"
+        prefix = tmp_path / case / "opt"
+        for place in (prefix, root / str(prefix).lstrip("/")):
+            place.mkdir(parents=True)
+            (place / "venv").symlink_to(VENV_BIN.parent)
+        settings = dict(self_healing_backend="systemd", self_healing_systemd_root=str(root),
+                        self_healing_systemd_start=False, self_healing_systemd_packages=[],
+                        self_healing_systemd_install_packages=False,
+                        self_healing_systemd_prefix=str(prefix), kubernetes_kubeconfig="/etc/gpufleet/eda.kubeconfig",
+                        kubernetes_backend="existing", gpufleet_lab_dir=str(tmp_path / "no-lab"),
+                        ansible_connection="local", ansible_python_interpreter="{{ ansible_playbook_python }}")
+        settings.update(variables)
+        hosts[case] = settings
+        staged_at[case] = (root, prefix)
+    inventory = tmp_path / "cases.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"cases": {"hosts": hosts}}}}))
     playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "Stage self-healing", "hosts": "localhost", "gather_facts": False,
+    playbook.write_text(yaml.safe_dump([{"name": "Stage self-healing", "hosts": "cases", "gather_facts": False,
                                          "roles": [{"role": "gpufleet.resilience.self_healing"}]}]))
-    settings = dict(self_healing_backend="systemd", self_healing_systemd_root=str(root),
-                    self_healing_systemd_start=False, self_healing_systemd_packages=[],
-                    self_healing_systemd_install_packages=False,
-                    self_healing_systemd_prefix=str(prefix), kubernetes_kubeconfig="/etc/gpufleet/eda.kubeconfig",
-                    kubernetes_backend="existing", gpufleet_lab_dir=str(tmp_path / "no-lab"))
-    settings.update(variables)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_NOCOLOR="1",
                PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""))
-    result = run_playbook(["-i", str(REPO / "inventories" / "lab"), str(playbook), "-e", json.dumps(settings)], env,
+    # The lab inventory's group variables as before; the cases' own settings win as host variables.
+    result = run_playbook(["-i", str(REPO / "inventories" / "lab"), "-i", str(inventory), str(playbook)], env,
                           timeout=300)
     assert result.rc == 0, result.output[-4000:]
-    return root, prefix
+    return staged_at
+
+
+def staged(tmp_path: Path, variables: Dict[str, Any]):
+    """One case of staged_cases: (root, prefix)."""
+    return staged_cases(tmp_path, {"stage": variables})["stage"]
 
 
 def test_shipped_rulebooks_are_what_the_role_renders(tmp_path):
     regenerate = os.environ.get("GPUFLEET_REGENERATE_RULEBOOKS") == "1"
-    for name, variables in SHIPPED.items():
-        root, _prefix = staged(tmp_path / name, variables)
+    # One run, a host per rulebook (host names: the file names without .yml).
+    cases = staged_cases(tmp_path, {name[:-len(".yml")]: variables for name, variables in SHIPPED.items()})
+    for name in SHIPPED:
+        root, _prefix = cases[name[:-len(".yml")]]
         rendered = (root / "etc" / "gpufleet" / "eda" / "gpufleet-remediation.yml").read_text()
         if regenerate:
             (RULEBOOKS / name).write_text(rendered)
