@@ -192,10 +192,9 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
     have in one call."""
     checked = check_evacuation(node, signal, grace, poll, then, skip_signal, return_after, grace_started)
     jobs = node_jobs(client, node)
-    began = wall() if grace_started is None else float(grace_started)
     if not jobs and not checked["skip"]:
-        return dict(changed=False, done=True, jobs=[], signalled=[], waited=0.0, command=[], grace_started=began,
-                    grace_left=0.0)
+        return dict(changed=False, done=True, jobs=[], signalled=[], waited=0.0, command=[],
+                    grace_started=wall() if grace_started is None else float(grace_started), grace_left=0.0)
     fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue) for job in jobs}
     # Jobs signalled earlier that have left the node already are accounted for too: the report
     # names every job the node had, not only those still there.
@@ -221,6 +220,8 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             on_signalled(list(signalled))
 
         waiting = [job_id for job_id, fate in fates.items() if fate.fate is None]
+        # The grace begins once every job has the signal (or began in an earlier slice).
+        began = wall() if grace_started is None else float(grace_started)
         started = clock()
         # The grace is counted from when it began, in this call or an earlier slice of it.
         deadline = started + max(0.0, began + grace - wall())
