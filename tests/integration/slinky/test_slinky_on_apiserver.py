@@ -180,3 +180,20 @@ def test_a_rerun_and_a_check_run_change_nothing(installed, lab):
     check = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", "--check", extra=slinky_vars(lab),
                          timeout=900)
     assert check.rc == 0 and check.changed == 0, check.output[-6000:]
+
+
+def test_a_pool_left_out_is_refused_while_the_release_has_its_nodeset(installed, lab):
+    """helm would delete gpu-b's NodeSet with its pods and jobs: refused, naming it, nothing changed."""
+    assert installed["first"].rc == 0
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(installed["api"])
+    refused = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm",
+                           extra=dict(slinky_vars(lab), gpufleet_node_pools=POOLS[:1]), timeout=900)
+    said = " ".join(refused.output.split())
+    assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
+    assert ("gpufleet_node_pools leaves out the pool of NodeSet slurm-worker-gpu-b (pool gpu-b, 2 replicas) in "
+            "namespace %s" % NAMESPACE) in said, said[-3000:]
+    assert "slurm_slinky_allow_pool_removal=true" in said
+    nodesets = custom.list_namespaced_custom_object("slinky.slurm.net", "v1beta1", NAMESPACE, "nodesets")["items"]
+    assert "slurm-worker-gpu-b" in {item["metadata"]["name"] for item in nodesets}
