@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -84,6 +84,22 @@ def run_playbook(args: List[str], env: Dict[str, str], timeout: int = 900) -> Pl
     recap = {m.group(1): dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
                               failed=int(m.group(5))) for m in _RECAP.finditer(output)}
     return PlaybookResult(rc=done.returncode, output=output, recap=recap)
+
+
+def case_hosts(cases: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """One local host per case, its variables as host variables: several cases in one ansible-playbook
+    run, side by side, each stopping at its own first refusal."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    return {case: dict(variables, **local) for case, variables in cases.items()}
+
+
+def run_cases(args: List[str], env: Dict[str, str], tree: Path, cases: Iterable[str],
+              timeout: int = 900) -> Tuple[PlaybookResult, Dict[str, str]]:
+    """run_playbook with Ansible's tree callback into ``tree``: the run and, per case (a host of the run),
+    its last task result as JSON text (a refusal's message is there), "" for a host that ran none."""
+    env = dict(env, ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree", ANSIBLE_CALLBACK_TREE_DIR=str(tree))
+    result = run_playbook(args, env, timeout)
+    return result, {case: (tree / case).read_text() if (tree / case).is_file() else "" for case in cases}
 
 
 @dataclass

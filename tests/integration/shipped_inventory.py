@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Tuple
 
 import yaml
-from lab_harness import REPO, VENV_BIN, PlaybookResult, run_playbook
+from lab_harness import REPO, VENV_BIN, PlaybookResult, case_hosts, run_cases, run_playbook
 
 
 def copy_inventory(tmp_path: Path, name: str, values: Dict[str, Any]) -> Path:
@@ -39,18 +39,13 @@ def play_cases(tmp_path: Path, name: str, values: Dict[str, Any], cases: Dict[st
     copy = copy_inventory(tmp_path, name, values)
     # The shipped groups as they are; the control group's one host becomes one host per case.
     hosts = yaml.safe_load((copy / "hosts.yml").read_text())
-    hosts["all"]["children"]["control"]["hosts"] = {
-        case: {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
-        for case in cases}
+    hosts["all"]["children"]["control"]["hosts"] = case_hosts({case: {} for case in cases})
     (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (copy / "host_vars").mkdir(exist_ok=True)
     for case, overrides in cases.items():
         (copy / "host_vars" / ("%s.yml" % case)).write_text(yaml.safe_dump(overrides))
-    tree = tmp_path / ("tree-%s" % copy.name)
     env = dict(os.environ, PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""),
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", HOME=str(copy),
-               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree", ANSIBLE_CALLBACK_TREE_DIR=str(tree))
-    result = run_playbook([str(playbook), "-i", str(copy), *args], env, timeout=300)
-    last = {case: (tree / case).read_text() if (tree / case).is_file() else "" for case in cases}
-    return result, last
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", HOME=str(copy))
+    return run_cases([str(playbook), "-i", str(copy), *args], env, tmp_path / ("tree-%s" % copy.name), cases,
+                     timeout=300)

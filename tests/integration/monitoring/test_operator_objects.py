@@ -20,7 +20,16 @@ import yaml
 from agent_probe import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from lab_harness import REPO, PlaybookResult, kubectl, namespace_exists, run_playbook, unestablished_crds
+from lab_harness import (
+    REPO,
+    PlaybookResult,
+    case_hosts,
+    kubectl,
+    namespace_exists,
+    run_cases,
+    run_playbook,
+    unestablished_crds,
+)
 from prometheus_stack import GROUP
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -75,16 +84,12 @@ def role(lab, tmp_path_factory):
         per case with its own variables, so the role's checks run side by side and each host stops at
         its own first refusal. Returns the run and, per case, its last task result as JSON text."""
         inventory = work / ("cases-%s.yml" % name)
-        hosts = {case: dict({key: value for key, value in dict(base_vars, **extra).items() if value is not None},
-                            ansible_connection="local", ansible_python_interpreter="{{ ansible_playbook_python }}")
-                 for case, extra in overrides.items()}
-        inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": case_hosts({
+            case: {key: value for key, value in dict(base_vars, **extra).items() if value is not None}
+            for case, extra in overrides.items()})}}))
         play = work / "monitoring-cases.yml"
         play.write_text(PLAYBOOK.replace("hosts: localhost", "hosts: all"))
-        tree = work / ("tree-%s" % name)
-        env = dict(lab.env(), ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree", ANSIBLE_CALLBACK_TREE_DIR=str(tree))
-        result = run_playbook(["-i", str(inventory), str(play)], env)
-        return result, {case: (tree / case).read_text() if (tree / case).is_file() else "" for case in overrides}
+        return run_cases(["-i", str(inventory), str(play)], lab.env(), work / ("tree-%s" % name), overrides)
 
     run.manifests = manifests
     run.cases = cases

@@ -36,7 +36,7 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 from agent_probe import AgentProbe, alertmanager_url, firing_alerts, nodes_alerting, wait_for
-from lab_harness import REPO, TEST_LAB_VARS, VENV_BIN, Lab, run_playbook
+from lab_harness import REPO, TEST_LAB_VARS, VENV_BIN, Lab, case_hosts, run_playbook
 
 pytestmark = [pytest.mark.integration]
 
@@ -500,13 +500,12 @@ def staged_cases(tmp_path: Path, cases: Dict[str, Dict[str, Any]]) -> Dict[str, 
                         self_healing_systemd_start=False, self_healing_systemd_packages=[],
                         self_healing_systemd_install_packages=False,
                         self_healing_systemd_prefix=str(prefix), kubernetes_kubeconfig="/etc/gpufleet/eda.kubeconfig",
-                        kubernetes_backend="existing", gpufleet_lab_dir=str(tmp_path / "no-lab"),
-                        ansible_connection="local", ansible_python_interpreter="{{ ansible_playbook_python }}")
+                        kubernetes_backend="existing", gpufleet_lab_dir=str(tmp_path / "no-lab"))
         settings.update(variables)
         hosts[case] = settings
         staged_at[case] = (root, prefix)
     inventory = tmp_path / "cases.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"cases": {"hosts": hosts}}}}))
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"cases": {"hosts": case_hosts(hosts)}}}}))
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{"name": "Stage self-healing", "hosts": "cases", "gather_facts": False,
                                          "roles": [{"role": "gpufleet.resilience.self_healing"}]}]))
