@@ -14,7 +14,6 @@ Pure data: no I/O, no clients.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -26,6 +25,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fleet.pools im
     check_pool_name,
     expand_pool,
     parse_pool,
+    pool_node_pattern,
 )
 
 
@@ -46,11 +46,6 @@ class PoolResize:
             "leaving": list(self.leaving),
             "removed": self.after is None,
         }
-
-
-def pool_node_pattern(name: str) -> "re.Pattern[str]":
-    """Node names of pool ``name`` and of no other pool (``gpu-b-001`` is not pool ``gpu``'s)."""
-    return re.compile(r"%s-[0-9]{3}" % re.escape(name))
 
 
 def resize_pool(pools: Sequence[NodePool], name: Any, count: Any = None, remove: bool = False,

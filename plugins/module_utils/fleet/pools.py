@@ -288,6 +288,15 @@ def parse_pools(raw: Any, variable: str = POOLS_VARIABLE, require_selector: bool
     return pools
 
 
+# Node names: <pool>-NNN, 1-based, three digits (count + spares is at most 999).
+NODE_NAME = "%s-%03d"
+
+
+def pool_node_pattern(name: str) -> "re.Pattern[str]":
+    """Node names of pool ``name`` (NODE_NAME) and of no other pool (``gpu-b-001`` is not pool ``gpu``'s)."""
+    return re.compile(r"%s-[0-9]{3}" % re.escape(name))
+
+
 def expand_pool(pool: NodePool) -> List[PoolNode]:
     """Every node of one pool, active ones first, then the spares."""
     nodes = []
@@ -296,7 +305,7 @@ def expand_pool(pool: NodePool) -> List[PoolNode]:
         block = (rack - 1) // pool.racks_per_block + 1
         nodes.append(
             PoolNode(
-                name="%s-%03d" % (pool.name, index),
+                name=NODE_NAME % (pool.name, index),
                 pool=pool.name,
                 index=index,
                 rack="%s-rack-%d" % (pool.name, rack),
