@@ -1,4 +1,5 @@
-"""The Slurm client and slurm_node_info against the lab's real slurmctld and slurmd (Slurm 22.05).
+"""The Slurm client and slurm_node_info against real slurmctld and slurmd, on each version the lab
+runs (conftest.py: the test lab's 22.05 and a Slurm-only 26.05 lab), through the lab's commands.
 
 Every test leaves the cluster as it found it: drained nodes are resumed and submitted jobs
 cancelled, even when an assertion fails, so the other tests of the session see an idle lab.
@@ -22,7 +23,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors i
     SlurmCommandError,
     SlurmUnknownNodeError,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -39,8 +39,8 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
 
 
 @pytest.fixture(scope="module")
-def pool(lab):
-    return lab.extra_vars["gpufleet_node_pools"][0]
+def pool(cluster):
+    return cluster.pool
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,13 @@ def spares(pool) -> List[str]:
 
 
 @pytest.fixture(scope="module")
-def client(lab) -> SlurmClient:
-    return SlurmClient(SlurmRunner(slurm_conf=str(lab.slurm_conf), timeout=30))
+def client(cluster) -> SlurmClient:
+    return cluster.client()
+
+
+def words(argv):
+    """A command line with the program's directory left out (the lab's <lab>/bin)."""
+    return [argv[0].rsplit("/", 1)[-1], *argv[1:]]
 
 
 @pytest.fixture
@@ -76,8 +81,8 @@ def own(nodes, pool):
     return {name: node for name, node in nodes.items() if name.startswith(pool["name"] + "-")}
 
 
-def test_nodes_lists_the_active_nodes_idle_with_their_gpus(client, active, pool):
-    assert client.version().at_least(22, 5)
+def test_nodes_lists_the_active_nodes_idle_with_their_gpus(cluster, client, active, pool):
+    assert str(client.version()).startswith(cluster.version + ".")
     nodes = own(client.nodes(), pool)
     assert list(nodes) == active
     for node in nodes.values():
@@ -104,9 +109,9 @@ def test_drain_and_resume_round_trip_the_reason(client, active, restore_node):
     restore_node.append(name)
     drained = client.set_node_state(name, "DRAIN", REASON)
     assert (drained.ran, drained.rc) == (True, 0)
-    assert drained.argv == ["scontrol", "update", "NodeName=" + name, "State=DRAIN", "Reason=" + REASON]
-    # 22.05 reads nodes from sinfo --json, and FUTURE-aware reads from scontrol's text: both
-    # must give back the reason exactly as written.
+    assert words(drained.argv) == ["scontrol", "update", "NodeName=" + name, "State=DRAIN", "Reason=" + REASON]
+    # 22.05 reads nodes from sinfo --json, and FUTURE-aware reads from scontrol's text, 26.05 both
+    # from scontrol --json: every one must give back the reason exactly as written.
     for future in (False, True):
         node = client.nodes(names=[name], future=future)[name]
         assert (node.state, node.flags, node.long_state) == ("IDLE", ("DRAIN",), "drained")
@@ -122,13 +127,13 @@ def test_drain_and_resume_round_trip_the_reason(client, active, restore_node):
     print("%s responded %.1fs after RESUME" % (name, time.monotonic() - started))
 
 
-def test_check_mode_changes_nothing(lab, client, active):
+def test_check_mode_changes_nothing(cluster, client, active):
     name = active[-1]
     before = client.nodes(names=[name], future=True)[name]
-    dry = SlurmClient(SlurmRunner(slurm_conf=str(lab.slurm_conf), check_mode=True))
+    dry = cluster.client(check_mode=True)
     result = dry.set_node_state(name, "DOWN", "gpufleet: check mode must not do this")
     assert (result.ran, result.rc) == (False, None)
-    assert result.argv == ["scontrol", "update", "NodeName=" + name, "State=DOWN",
+    assert words(result.argv) == ["scontrol", "update", "NodeName=" + name, "State=DOWN",
                            "Reason=gpufleet: check mode must not do this"]
     assert dry.nodes(names=[name], future=True)[name] == before  # reads still run
     assert client.nodes(names=[name], future=True)[name] == before
@@ -138,15 +143,15 @@ def test_update_of_an_unknown_node_is_a_typed_error(client):
     with pytest.raises(SlurmUnknownNodeError) as unknown:
         client.set_node_state("gpu-z-999", "DRAIN", "gpufleet: no such node")
     assert unknown.value.rc == 1 and "Invalid node name specified" in unknown.value.stderr
-    assert unknown.value.argv[:3] == ["scontrol", "update", "NodeName=gpu-z-999"]
+    assert words(unknown.value.argv)[:3] == ["scontrol", "update", "NodeName=gpu-z-999"]
 
 
-def test_jobs_on_a_node_signal_requeue_and_cancel(lab, client, active):
+def test_jobs_on_a_node_signal_requeue_and_cancel(cluster, client, active):
     name = active[0]
     submitted: List[str] = []
 
     def submit(job_name: str) -> str:
-        job_id = lab.slurm("sbatch", "--parsable", "--requeue", "--gres=gpu:1", "--job-name=" + job_name,
+        job_id = cluster.command("sbatch", "--parsable", "--requeue", "--gres=gpu:1", "--job-name=" + job_name,
                            "--nodelist=" + name, "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 300").strip()
         submitted.append(job_id)
         return job_id
@@ -164,13 +169,17 @@ def test_jobs_on_a_node_signal_requeue_and_cancel(lab, client, active):
         assert client.jobs(nodes=[active[1]]) == []
 
         requeue = client.requeue([requeued])
-        assert requeue.argv == ["scontrol", "requeue", requeued]
-        wait_for("requeued job PENDING again", lambda: state(requeued) == "PENDING", timeout=10)
+        assert words(requeue.argv) == ["scontrol", "requeue", requeued]
+        # 26.05 shows the job PENDING+COMPLETING on its node while its processes end; it holds no
+        # node once that is over (22.05 goes straight to PENDING).
+        wait_for("requeued job PENDING again, done completing", lambda: state(requeued) == "PENDING"
+                 and not [job for job in client.jobs() if job.job_id == requeued and "COMPLETING" in job.flags],
+                 timeout=10)
         job = next(job for job in client.jobs() if job.job_id == requeued)
         assert job.restarts == 1 and job.requeue is True and job.nodes == ()
 
         signal = client.signal_jobs([signalled], "TERM")
-        assert signal.argv == ["scancel", "--signal=TERM", "--full", signalled]
+        assert words(signal.argv) == ["scancel", "--signal=TERM", "--full", signalled]
         wait_for("signalled job gone", lambda: state(signalled) == "GONE")
 
         client.cancel([requeued])
@@ -182,33 +191,34 @@ def test_jobs_on_a_node_signal_requeue_and_cancel(lab, client, active):
                 client.cancel([job_id])
 
 
-def test_module_through_ansible_playbook(lab, tmp_path, active, spares, pool):
+def test_module_through_ansible_playbook(cluster, tmp_path, active, spares, pool):
     out = tmp_path / "result.json"
     module = "gpufleet.resilience.slurm_node_info"
     playbook = tmp_path / "node_info.yml"
+    where = {"slurm_conf": str(cluster.slurm_conf), "bin_dir": str(cluster.bin_dir)}
     playbook.write_text(yaml.safe_dump([{
         "name": "slurm_node_info against the lab",
         "hosts": "localhost",
         "gather_facts": False,
         "vars": {"ansible_python_interpreter": sys.executable},
         "tasks": [
-            {"name": "Every node, spares too", module: {"slurm_conf": str(lab.slurm_conf), "future": True},
+            {"name": "Every node, spares too", module: dict(where, future=True),
              "register": "every"},
             {"name": "Two by name, in check mode",
-             module: {"slurm_conf": str(lab.slurm_conf), "nodes": [active[1], active[0]]},
+             module: dict(where, nodes=[active[1], active[0]]),
              "check_mode": True, "register": "two"},
-            {"name": "A node Slurm does not know", module: {"slurm_conf": str(lab.slurm_conf), "nodes": ["gpu-z-999"]},
+            {"name": "A node Slurm does not know", module: dict(where, nodes=["gpu-z-999"]),
              "register": "unknown", "ignore_errors": True},
             {"name": "Save the results", "ansible.builtin.copy": {
                 "content": "{{ {'every': every, 'two': two, 'unknown': unknown} | to_json }}", "dest": str(out)}},
         ],
     }]))
     done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
-                          env=lab.env(), capture_output=True, text=True, timeout=120, check=False)
+                          env=cluster.lab.env(), capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     every, two, unknown = result["every"], result["two"], result["unknown"]
-    assert every["changed"] is False and every["slurm_version"].startswith("22.05")
+    assert every["changed"] is False and every["slurm_version"].startswith(cluster.version + ".")
     mine = [node for node in every["nodes"] if node["name"].startswith(pool["name"] + "-")]
     assert [node["name"] for node in mine] == active + spares
     assert [node["state"] for node in mine] == ["IDLE"] * len(active) + ["FUTURE"] * len(spares)
@@ -216,4 +226,6 @@ def test_module_through_ansible_playbook(lab, tmp_path, active, spares, pool):
     assert set(every["nodes"][0]) >= {"name", "state", "flags", "reason", "gres", "gpus", "features", "weight",
                                       "cpus", "memory_mb", "partitions", "jobs"}
     assert [node["name"] for node in two["nodes"]] == [active[0], active[1]]
-    assert unknown["failed"] and "gpu-z-999" in unknown["msg"] and unknown["cmd"][0] == "sinfo"
+    # 22.05 reads nodes from sinfo --json, 26.05 from scontrol --json.
+    reader = "sinfo" if cluster.version == "22.05" else "scontrol"
+    assert unknown["failed"] and "gpu-z-999" in unknown["msg"] and words(unknown["cmd"])[0] == reader
