@@ -56,6 +56,8 @@ TEST_LAB_VARS = {
         "name": "gpu-a", "count": 4, "spares": 2, "gpus_per_node": 8, "gpu_product": "NVIDIA-H100-80GB-HBM3",
         "zone": "lab-zone-a", "nodes_per_rack": 2, "racks_per_block": 2, "cpus": 16, "memory_mb": 65536,
     }],
+    # GPUFLEET_TEST_SLURM_VERSION=26.05 runs the test lab on Slurm 26.05 (docs/testing.md).
+    "slurm_lab_version": os.environ.get("GPUFLEET_TEST_SLURM_VERSION", "22.05"),
 }
 
 _RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -122,7 +124,8 @@ class Lab:
     def env(self) -> Dict[str, str]:
         env = dict(os.environ)
         env.update(
-            PATH=str(VENV_BIN) + os.pathsep + env.get("PATH", ""),
+            # The lab's Slurm commands (<lab>/bin/sbatch, ...) run its Slurm, whatever the version.
+            PATH=os.pathsep.join([str(VENV_BIN), str(self.lab_dir / "bin"), env.get("PATH", "")]),
             ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
             ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
             ANSIBLE_FORCE_COLOR="0",

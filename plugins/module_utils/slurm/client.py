@@ -7,7 +7,7 @@ Reads pick the best source the version has:
 - nodes: ``scontrol --json show node`` (23.02+); else ``sinfo --json`` (21.08+); else, and for
   FUTURE nodes on 22.05 (whose sinfo has no ``--future``), ``scontrol --future --oneliner show
   node``. It always asks for every node and filters here: 22.05 refuses ``scontrol show node A B``.
-- jobs: ``squeue --all --json``, else a fixed ``--format``; filtered here, because 22.05's
+- jobs: ``squeue --all --states=all --json``, else a fixed ``--format``; filtered here, because 22.05's
   ``--json`` ignores squeue's filter options.
 
 Writes (``set_node_state``, ``signal_jobs``, ``requeue``, ``cancel``) check their input before
@@ -120,7 +120,10 @@ class SlurmClient:
     def jobs(self, nodes: Optional[Sequence[str]] = None, states: Optional[Sequence[str]] = None) -> List[SlurmJob]:
         """Jobs on any of ``nodes`` (default: all) in any of ``states`` (default: not finished)."""
         if self.runner.has_json("squeue"):
-            jobs = parse_jobs_json(self.runner.run("squeue", "all json", all=True, json=True).stdout)
+            # --states=all: 26.05 applies squeue's default filter to --json too and leaves out the jobs
+            # that have ended (a job that finished in its grace would look gone); 22.05 ignores it.
+            jobs = parse_jobs_json(self.runner.run("squeue", "all states json", all=True, states="all",
+                                                   json=True).stdout)
         else:
             out = self.runner.run("squeue", "all noheader states format", all=True, noheader=True,
                                   states="all", format=SQUEUE_FORMAT).stdout

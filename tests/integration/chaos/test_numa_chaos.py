@@ -89,10 +89,11 @@ def running_load(drills) -> str:
 
 
 # Each load kept small: the lab machine is also the CI machine (2 % of free memory, one worker).
+# 12 s: long enough to see the job RUNNING with its stress-ng (Slurm starts it in 1-2 s).
 LOADS = {
-    "cpu_saturation": {"seconds": 20, "workers": 1},
-    "numa_remote_memory": {"seconds": 20, "workers": 1, "memory_percent": 2},
-    "numa_memory_pressure": {"seconds": 20, "workers": 1, "memory_percent": 2},
+    "cpu_saturation": {"seconds": 12, "workers": 1},
+    "numa_remote_memory": {"seconds": 12, "workers": 1, "memory_percent": 2},
+    "numa_memory_pressure": {"seconds": 12, "workers": 1, "memory_percent": 2},
 }
 
 

@@ -36,7 +36,7 @@ def responder(fleet, tmp_path):
         "namespace": NAMESPACE,
         "kubeconfig": str(lab.lab_dir / "kube" / "remediation.kubeconfig"),
         "breaker": {"max_percent": 25, "max_nodes": 10, "window_s": 600, "fence_when_open": True},
-        "fence": {"slurm_conf": str(lab.slurm_conf), "taint_key": TAINT},
+        "fence": {"slurm_conf": str(lab.slurm_conf), "bin_dir": str(lab.lab_dir / "bin"), "taint_key": TAINT},
     }, "log_level": "info"}))
     log = tmp_path / "first-responder.log"
     with log.open("w") as handle:
