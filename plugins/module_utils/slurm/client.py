@@ -105,17 +105,8 @@ class SlurmClient:
         else:
             result = runner.run("sinfo", "json", json=True)
             found = parse_sinfo_json(result.stdout)
-        if names is not None:
-            missing = [name for name in names if name not in found]
-            if missing:
-                hint = "" if future else " (FUTURE nodes are listed only with future)"
-                raise SlurmUnknownNodeError(result.argv, missing, rc=result.rc, hint=hint)
-            wanted = set(names)
-            found = {name: node for name, node in found.items() if name in wanted}
-        if with_jobs:
-            on_node = jobs_by_node(self.jobs())
-            found = {name: node.with_jobs(on_node.get(name, ())) for name, node in found.items()}
-        return found
+        found = select_nodes(found, names, future, result.argv, result.rc)
+        return with_their_jobs(found, self.jobs()) if with_jobs else found
 
     def jobs(self, nodes: Optional[Sequence[str]] = None, states: Optional[Sequence[str]] = None) -> List[SlurmJob]:
         """Jobs on any of ``nodes`` (default: all) in any of ``states`` (default: not finished)."""
@@ -138,15 +129,7 @@ class SlurmClient:
     def set_node_state(self, node: str, state: str, reason: Optional[str] = None) -> CommandResult:
         """``scontrol update NodeName=<node> State=<state> [Reason=<reason>]``."""
         check_node(node)
-        state = str(state).upper()
-        if state not in NODE_STATES:
-            raise FieldError("state", "must be one of %s, not %r" % (", ".join(NODE_STATES), state))
-        if state in STATES_WITH_REASON:
-            if not reason or not reason.strip():
-                raise FieldError("reason", "is required to set a node %s" % state)
-            check_text(reason, "reason", MAX_REASON)
-        elif reason is not None:
-            raise FieldError("reason", "only %s take a reason, not %s" % (" and ".join(STATES_WITH_REASON), state))
+        state = check_node_state(state, reason)
         return self.runner.run("scontrol", "action node_name state reason", mutating=True, nodes=[node],
                                action=["update"], node_name=node, state=state, reason=reason)
 
@@ -203,10 +186,44 @@ class SlurmClient:
             raise
 
 
+def select_nodes(found: Dict[str, SlurmNode], names: Optional[Sequence[str]], future: bool, argv: List[str],
+                 rc: Optional[int]) -> Dict[str, SlurmNode]:
+    """``names`` of ``found`` (all when None), each of which must exist (SlurmUnknownNodeError, naming
+    the call ``argv`` that listed them)."""
+    if names is None:
+        return found
+    missing = [name for name in names if name not in found]
+    if missing:
+        hint = "" if future else " (FUTURE nodes are listed only with future)"
+        raise SlurmUnknownNodeError(argv, missing, rc=rc, hint=hint)
+    wanted = set(names)
+    return {name: node for name, node in found.items() if name in wanted}
+
+
+def with_their_jobs(found: Dict[str, SlurmNode], jobs: Sequence[SlurmJob]) -> Dict[str, SlurmNode]:
+    """Each node with the active jobs that hold it."""
+    on_node = jobs_by_node(jobs)
+    return {name: node.with_jobs(on_node.get(name, ())) for name, node in found.items()}
+
+
 def check_node(node: Any, field: str = "node") -> str:
     """``node`` if it is one node name (never a host list or an option); else FieldError(field)."""
     return check_name(node, field, _NODE_NAME, "one node name (letters, digits, '.', '_', '-'; at most %d, "
                       "starting with a letter or digit)" % MAX_NODE_NAME)
+
+
+def check_node_state(state: Any, reason: Optional[str]) -> str:
+    """The state upper case, one of NODE_STATES, with a reason where it needs one and only there."""
+    state = str(state).upper()
+    if state not in NODE_STATES:
+        raise FieldError("state", "must be one of %s, not %r" % (", ".join(NODE_STATES), state))
+    if state in STATES_WITH_REASON:
+        if not reason or not reason.strip():
+            raise FieldError("reason", "is required to set a node %s" % state)
+        check_text(reason, "reason", MAX_REASON)
+    elif reason is not None:
+        raise FieldError("reason", "only %s take a reason, not %s" % (" and ".join(STATES_WITH_REASON), state))
+    return state
 
 
 def check_signal(signal: Any, field: str = "signal") -> str:

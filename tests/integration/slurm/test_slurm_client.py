@@ -12,11 +12,12 @@ import json
 import subprocess
 import sys
 import time
-from typing import Callable, List
+from typing import List
 
 import pytest
 import yaml
 from lab_harness import VENV_BIN
+from slurm_clusters import REASON, wait_for
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
@@ -26,16 +27,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors i
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-# What an operator or the remediation may write: '|', 'Key=' words, '$' and '~' stay as written.
-REASON = "gpufleet: Xid79 GPU-3 | State=DOWN $HOME ~ (remediation r-it)"
 
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("%s: not within %ss" % (what, timeout))
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,197 @@
+"""The Slurm client through slurmrestd (slurm_api: rest) against the Slurm-only 26.05 lab's real
+slurmrestd and slurmctld: the same models as the CLI client on the same cluster, the same effect of
+each mutating call, and every refusal a clear typed error with nothing done.
+
+Every test leaves the cluster as it found it: nodes resumed, jobs cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+from slurm_clusters import REASON, SlurmCluster, wait_for
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
+    SlurmCommandError,
+    SlurmUnknownNodeError,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import (
+    SlurmRestAuthError,
+    SlurmRestClient,
+    SlurmRestError,
+    SlurmRestVersionError,
+    TokenSource,
+    mint_token,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+
+pytestmark = [pytest.mark.integration]
+
+
+
+
+@pytest.fixture(scope="module")
+def url(slurm_lab) -> str:
+    return "http://127.0.0.1:%d" % slurm_lab.extra_vars["slurm_slurmrestd_port"]
+
+
+@pytest.fixture(scope="module")
+def key_file(slurm_lab) -> Path:
+    return slurm_lab.lab_dir / "slurm" / "jwt" / "jwt_hs256.key"
+
+
+@pytest.fixture(scope="module")
+def cli(slurm_lab) -> SlurmClient:
+    return SlurmClient(SlurmRunner(slurm_conf=str(slurm_lab.slurm_conf), bin_dir=str(slurm_lab.lab_dir / "bin"),
+                                   timeout=30))
+
+
+@pytest.fixture(scope="module")
+def rest(url, key_file) -> SlurmRestClient:
+    return SlurmRestClient(url, TokenSource("root", jwt_key_file=str(key_file)), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def names(slurm_lab) -> List[str]:
+    pool = slurm_lab.extra_vars["gpufleet_node_pools"][0]
+    return ["%s-%03d" % (pool["name"], index) for index in range(1, pool["count"] + 1)]
+
+
+def submit(slurm_lab, *args: str) -> str:
+    return SlurmCluster(lab=slurm_lab, version="26.05").command(
+        "sbatch", "--parsable", "--output=/dev/null", "--chdir=/tmp", *args).strip().split(";")[0]
+
+
+def test_every_read_gives_the_cli_models_with_jobs_arrays_and_a_drained_node(slurm_lab, cli, rest, names):
+    assert rest.parser() == "v0.0.45" and str(rest.version()) == str(cli.version())
+    assert rest.ping() == cli.ping() and rest.ping()[0]["state"] == "UP"
+    jobs: List[str] = []
+    drained = names[-1]
+    try:
+        jobs.append(submit(slurm_lab, "--requeue", "--gres=gpu:1", "--nodelist=" + names[0], "--wrap", "sleep 300"))
+        jobs.append(submit(slurm_lab, "--array=1-2", "--gres=gpu:1", "--nodelist=" + names[1], "--wrap", "sleep 300"))
+        cli.set_node_state(drained, "DRAIN", REASON)
+        wait_for("three jobs running", lambda: len([j for j in cli.jobs() if j.state == "RUNNING"]) == 3)
+        for future in (False, True):
+            assert rest.nodes(future=future) == cli.nodes(future=future)
+        assert rest.nodes(names=[drained])[drained].reason == REASON
+        listed = rest.jobs()
+        assert listed == cli.jobs()
+        assert sorted(job.job_id for job in listed) == sorted([jobs[0], jobs[1] + "_1", jobs[1] + "_2"])
+        assert rest.jobs(nodes=[names[1]]) == cli.jobs(nodes=[names[1]])
+    finally:
+        for job_id in jobs:
+            with contextlib.suppress(SlurmCommandError):
+                cli.cancel([job_id])
+        cli.set_node_state(drained, "RESUME")
+
+
+def test_each_write_has_the_cli_effect(slurm_lab, cli, rest, names):
+    node = names[-1]
+    jobs: List[str] = []
+
+    def state(job_id: str) -> str:
+        found = [job for job in cli.jobs() if job.job_id == job_id]
+        return found[0].state if found else "GONE"
+
+    try:
+        drained = rest.set_node_state(node, "DRAIN", REASON)
+        assert drained.ran and drained.argv[:2] == ["POST", rest.url + "/slurm/v0.0.45/node/" + node]
+        seen = cli.nodes(names=[node], with_jobs=False)[node]
+        assert ("DRAIN" in seen.flags, seen.reason, seen.reason_user) == (True, REASON, "root")
+        rest.set_node_state(node, "RESUME")
+        wait_for("%s back without flags" % node, lambda: cli.nodes(names=[node], with_jobs=False)[node].flags == ())
+
+        signalled = submit(slurm_lab, "--requeue", "--nodelist=" + names[0], "--wrap", "sleep 300")
+        requeued = submit(slurm_lab, "--requeue", "--nodelist=" + names[0], "--wrap", "sleep 300")
+        cancelled = submit(slurm_lab, "--requeue", "--nodelist=" + names[0], "--wrap", "sleep 300")
+        jobs += [signalled, requeued, cancelled]
+        wait_for("three jobs RUNNING", lambda: {state(j) for j in jobs} == {"RUNNING"})
+
+        rest.requeue([requeued])
+        wait_for("requeued job PENDING, done completing", lambda: [
+            (j.state, j.restarts, "COMPLETING" in j.flags) for j in cli.jobs() if j.job_id == requeued]
+            == [("PENDING", 1, False)])
+        # SIGTERM with FULL_JOB reaches the batch shell, as scancel --full: the job ends FAILED on it.
+        rest.signal_jobs([signalled], "TERM")
+        wait_for("signalled job ended", lambda: state(signalled) == "GONE")
+        ended = [j for j in cli.jobs(states=["FAILED", "CANCELLED", "COMPLETED"]) if j.job_id == signalled]
+        assert ended and ended[0].state == "FAILED", ended
+        rest.cancel([cancelled])
+        wait_for("cancelled job gone", lambda: state(cancelled) == "GONE")
+        # A job that has ended: nothing left to cancel, as the CLI client says.
+        assert rest.cancel_unless_gone(cancelled) is None
+    finally:
+        for job_id in jobs:
+            with contextlib.suppress(SlurmCommandError):
+                cli.cancel([job_id])
+        if cli.nodes(names=[node], with_jobs=False)[node].flags:
+            cli.set_node_state(node, "RESUME")
+
+
+def test_check_mode_sends_nothing(url, key_file, cli, names):
+    node = names[-1]
+    before = cli.nodes(names=[node], future=True)[node]
+    dry = SlurmRestClient(url, TokenSource("root", jwt_key_file=str(key_file)), check_mode=True)
+    result = dry.set_node_state(node, "DOWN", "gpufleet: check mode must not do this")
+    assert (result.ran, result.rc) == (False, None)
+    assert result.argv[0] == "POST" and '"state": ["DOWN"]' in result.argv[2]
+    assert dry.cancel(["1"]).ran is False and dry.requeue(["1"]).ran is False
+    assert dry.nodes(names=[node], future=True)[node] == before  # reads still run
+    assert cli.nodes(names=[node], future=True)[node] == before
+
+
+def test_refusals_name_the_cause_and_change_nothing(slurm_lab, url, key_file, cli, names, tmp_path):
+    node = names[-1]
+    before = cli.nodes(future=True)
+
+    # A token signed with another key: slurmctld refuses it, slurmrestd says so.
+    other_key = tmp_path / "other.key"
+    other_key.write_bytes(os.urandom(32))
+    other_key.chmod(0o600)
+    wrong = SlurmRestClient(url, TokenSource("root", jwt_key_file=str(other_key)))
+    with pytest.raises(SlurmRestAuthError, match="refused the token for user root"):
+        wrong.set_node_state(node, "DRAIN", "gpufleet: must not happen")
+
+    # An expired token in a token file: refused here, naming the file, before anything is sent.
+    expired = tmp_path / "token"
+    expired.write_text(mint_token(key_file.read_bytes(), "root", 60, now=time.time() - 3600))
+    stale = SlurmRestClient(url, TokenSource("root", token_file=str(expired)))
+    with pytest.raises(FieldError, match=r"rest_token_file.*expired"):
+        stale.set_node_state(node, "DRAIN", "gpufleet: must not happen")
+    # ...and one that slurmctld sees expired (signed right, exp passed) is refused by it too.
+    late = SlurmRestClient(url, TokenSource("root", jwt_key_file=str(key_file)))
+    late.tokens._token = mint_token(key_file.read_bytes(), "root", 60, now=time.time() - 3600)
+    late.tokens._expires = time.time() + 600  # pretend it is fresh: the server must still refuse it
+    with pytest.raises(SlurmRestAuthError):
+        late.nodes()
+
+    # slurmrestd down (nothing listens on that port).
+    down = SlurmRestClient("http://127.0.0.1:9", TokenSource("root", jwt_key_file=str(key_file)), timeout=5)
+    with pytest.raises(SlurmRestError, match="cannot reach slurmrestd"):
+        down.set_node_state(node, "DRAIN", "gpufleet: must not happen")
+
+    # A node slurmctld does not know.
+    rest = SlurmRestClient(url, TokenSource("root", jwt_key_file=str(key_file)))
+    with pytest.raises(SlurmUnknownNodeError) as unknown:
+        rest.set_node_state("gpu-z-999", "DRAIN", "gpufleet: no such node")
+    assert unknown.value.nodes == ["gpu-z-999"] and "Invalid node name specified" in unknown.value.stderr
+
+    # A server whose data parsers are all newer than the client knows: refused, naming both.
+    newer = SlurmRestClient(url, TokenSource("root", jwt_key_file=str(key_file)), known_parsers=("v0.0.41",))
+    with pytest.raises(SlurmRestVersionError, match=r"offers data parsers v0\.0\.42, .*v0\.0\.45; this client knows "
+                                                    r"v0\.0\.41"):
+        newer.set_node_state(node, "DRAIN", "gpufleet: must not happen")
+
+    # Plain http to anything but loopback would send the token in clear.
+    with pytest.raises(FieldError, match="rest_url"):
+        SlurmRestClient("http://slurm.example.com:6820", TokenSource("root", jwt_key_file=str(key_file)))
+
+    assert cli.nodes(future=True) == before

@@ -1,0 +1,205 @@
+"""The REST transport's own logic: tokens, data parser choice, error mapping, and the calls it
+sends. Answers are slurmrestd 26.05's captured ones (tests/fixtures/slurm-captures/26.05/rest)
+served through the client's HTTP function; the live server is tests/integration/slurm/test_slurm_rest.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmUnknownNodeError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import (
+    SlurmRestAuthError,
+    SlurmRestClient,
+    SlurmRestError,
+    SlurmRestVersionError,
+    TokenSource,
+    mint_token,
+    token_expiry,
+)
+
+KEY = b"k" * 32
+OPENAPI = {"paths": {"/slurm/v0.0.42/ping/": {}, "/slurm/v0.0.44/nodes/": {}, "/slurm/v0.0.45/nodes/": {},
+                     "/slurmdb/v0.0.45/jobs/": {}}}
+
+
+def _claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_a_minted_token_is_hs256_signed_with_the_key_for_the_user():
+    token = mint_token(KEY, "slurm-op", 600, now=1000)
+    header, payload, signature = token.split(".")
+    expected = hmac.new(KEY, ("%s.%s" % (header, payload)).encode(), hashlib.sha256).digest()
+    assert base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)) == expected
+    assert _claims(token) == {"iat": 1000, "exp": 1600, "sun": "slurm-op"}
+    assert token_expiry(token) == 1600
+    with pytest.raises(FieldError, match="token"):
+        token_expiry("not-a-token")
+
+
+def test_a_minted_token_is_renewed_when_a_third_of_its_life_is_left(tmp_path):
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    now = [1000.0]
+    tokens = TokenSource("root", jwt_key_file=str(key), lifespan=300, clock=lambda: now[0])
+    first = tokens.token()
+    now[0] += 150
+    assert tokens.token() == first
+    now[0] += 60  # 90 s of 300 left
+    renewed = tokens.token()
+    assert renewed != first and token_expiry(renewed) == 1210 + 300
+
+
+def test_a_token_file_is_read_again_when_it_changes_and_an_expired_one_refused(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(mint_token(KEY, "root", 600, now=1000) + "\n")
+    now = [1100.0]
+    tokens = TokenSource("root", token_file=str(path), clock=lambda: now[0])
+    assert token_expiry(tokens.token()) == 1600
+    path.write_text(mint_token(KEY, "root", 6000, now=1000))
+    assert token_expiry(tokens.token()) == 7000
+    now[0] = 8000
+    with pytest.raises(FieldError, match=r"rest_token_file: the token in .* expired at"):
+        tokens.token()
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({}, "rest_jwt_key_file"),
+    ({"jwt_key_file": "/a", "token_file": "/b"}, "rest_jwt_key_file"),
+    ({"jwt_key_file": "/nonexistent/key"}, "rest_jwt_key_file"),
+])
+def test_a_token_source_needs_exactly_one_readable_secret(kwargs, field):
+    with pytest.raises(FieldError) as bad:
+        TokenSource("root", **kwargs).token()
+    assert bad.value.field == field
+
+
+class Server:
+    """The HTTP function the client calls: canned answers by (method, path); records each call."""
+
+    def __init__(self, answers: Dict[Tuple[str, str], Tuple[int, object]]) -> None:
+        self.answers = answers
+        self.calls: List[Tuple[str, str, Optional[dict], Dict[str, str]]] = []
+
+    def __call__(self, method, url, body, headers, timeout):
+        path = url.split("127.0.0.1:6820", 1)[1]
+        self.calls.append((method, path, json.loads(body) if body else None, headers))
+        status, document = self.answers.get((method, path), (404, {"errors": [{"error": "no such path"}]}))
+        return status, document if isinstance(document, str) else json.dumps(document)
+
+
+def client(tmp_path, answers, **kwargs) -> Tuple[SlurmRestClient, Server]:
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    server = Server({("GET", "/openapi/v3"): (200, OPENAPI), **answers})
+    return SlurmRestClient("http://127.0.0.1:6820", TokenSource("root", jwt_key_file=str(key)), http=server,
+                           **kwargs), server
+
+
+def test_the_newest_known_parser_is_used_and_every_call_carries_the_token(tmp_path, captures):
+    nodes = json.loads(captures.text("26.05/rest/nodes.json"))
+    rest, server = client(tmp_path, {("GET", "/slurm/v0.0.45/nodes/?flags=MIXED"): (200, nodes),
+                                     ("GET", "/slurm/v0.0.45/jobs/"): (200, {"jobs": []})})
+    assert rest.parser() == "v0.0.45"
+    assert list(rest.nodes()) == [node["name"] for node in nodes["nodes"]]
+    assert [call[1] for call in server.calls] == ["/openapi/v3", "/slurm/v0.0.45/nodes/?flags=MIXED",
+                                                  "/slurm/v0.0.45/jobs/"]
+    for _method, _path, _body, headers in server.calls:
+        assert headers["X-SLURM-USER-NAME"] == "root" and _claims(headers["X-SLURM-USER-TOKEN"])["sun"] == "root"
+
+
+def test_a_server_with_only_unknown_parsers_is_refused_naming_both(tmp_path):
+    rest, server = client(tmp_path, {("GET", "/openapi/v3"): (200, {"paths": {"/slurm/v0.0.46/nodes/": {}}})})
+    with pytest.raises(SlurmRestVersionError, match=r"offers data parsers v0\.0\.46; this client knows v0\.0\.42"):
+        rest.set_node_state("gpu-a-001", "DRAIN", "gpufleet: test")
+    assert [call[0] for call in server.calls] == ["GET"]  # nothing was sent to change
+
+
+def test_writes_send_what_scontrol_and_scancel_would_do(tmp_path):
+    ok = (200, {"errors": [], "status": []})
+    rest, server = client(tmp_path, {
+        ("POST", "/slurm/v0.0.45/node/gpu-a-001"): ok,
+        ("DELETE", "/slurm/v0.0.45/job/12?signal=TERM&flags=FULL_JOB"): ok,
+        ("DELETE", "/slurm/v0.0.45/job/13_2?signal=USR1&flags=FULL_STEPS_ONLY"): ok,
+        ("POST", "/slurm/v0.0.45/jobs/requeue"): ok,
+        ("DELETE", "/slurm/v0.0.45/job/12"): ok})
+    rest.set_node_state("gpu-a-001", "drain", "gpufleet: Xid79 | $HOME")
+    rest.signal_jobs([12], "TERM")
+    rest.signal_jobs(["13_2"], "usr1", full=False)
+    rest.requeue(["12", "13"])
+    rest.cancel(["12"])
+    sent = [(method, path, body) for method, path, body, _headers in server.calls[1:]]
+    assert sent == [
+        ("POST", "/slurm/v0.0.45/node/gpu-a-001", {"state": ["DRAIN"], "reason": "gpufleet: Xid79 | $HOME"}),
+        ("DELETE", "/slurm/v0.0.45/job/12?signal=TERM&flags=FULL_JOB", None),
+        ("DELETE", "/slurm/v0.0.45/job/13_2?signal=USR1&flags=FULL_STEPS_ONLY", None),
+        ("POST", "/slurm/v0.0.45/jobs/requeue", {"jobs": ["12", "13"]}),
+        ("DELETE", "/slurm/v0.0.45/job/12", None)]
+
+
+def test_bad_input_is_refused_before_anything_is_sent(tmp_path):
+    rest, server = client(tmp_path, {})
+    with pytest.raises(FieldError, match="node"):
+        rest.set_node_state("gpu-[1-4]", "DRAIN", "x")
+    with pytest.raises(FieldError, match="reason"):
+        rest.set_node_state("gpu-a-001", "DRAIN")
+    with pytest.raises(FieldError, match="job_ids"):
+        rest.cancel(["--me"])
+    assert server.calls == []
+    for url in ("ftp://127.0.0.1:6820", "http://slurm.example.com:6820", ""):
+        with pytest.raises(FieldError, match="rest_url"):
+            SlurmRestClient(url, rest.tokens)
+
+
+def test_check_mode_sends_no_write(tmp_path):
+    rest, server = client(tmp_path, {}, check_mode=True)
+    result = rest.set_node_state("gpu-a-001", "DOWN", "gpufleet: dry")
+    assert (result.ran, result.rc) == (False, None)
+    assert result.argv == ["POST", "http://127.0.0.1:6820/slurm/v0.0.45/node/gpu-a-001",
+                           '{"reason": "gpufleet: dry", "state": ["DOWN"]}']
+    assert rest.cancel(["1", "2"]).ran is False
+    assert [call[0] for call in server.calls] == ["GET"]  # the parser choice only
+
+
+def test_answers_become_the_typed_errors(tmp_path, captures):
+    bad_token = json.loads(captures.text("26.05/rest/bad_token.json"))
+    unknown = json.loads(captures.text("26.05/rest/node_unknown.json"))
+    gone = {"errors": [], "status": [{"error": {"code": 2021, "message": "Job/step already completing or completed"},
+                                      "step_id": "7"}]}
+    rest, _server = client(tmp_path, {
+        ("GET", "/slurm/v0.0.45/nodes/?flags=MIXED"): (511, bad_token),
+        ("POST", "/slurm/v0.0.45/node/nosuch"): (200, {"errors": [{"description": "Failure to update node nosuch",
+                                                                    "error": "Invalid node name specified"}]}),
+        ("GET", "/slurm/v0.0.45/node/nosuch"): (200, unknown),
+        ("DELETE", "/slurm/v0.0.45/job/7"): (200, gone),
+        ("DELETE", "/slurm/v0.0.45/job/8"): (500, "internal error")})
+    with pytest.raises(SlurmRestAuthError, match=r"refused the token for user root \(HTTP 511: .*Protocol "
+                                                 r"authentication error"):
+        rest.nodes()
+    with pytest.raises(SlurmUnknownNodeError) as missing:
+        rest.set_node_state("nosuch", "DRAIN", "gpufleet: test")
+    assert missing.value.nodes == ["nosuch"]
+    assert rest.cancel_unless_gone("7") is None
+    with pytest.raises(SlurmRestError, match=r"rc 200.*already completing"):
+        rest.cancel(["7"])
+    with pytest.raises(SlurmRestError, match=r"rc 500.*internal error"):
+        rest.cancel(["8"])
+
+
+def test_an_unreachable_server_is_a_typed_error(tmp_path):
+    def refused(*_args):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    rest, _server = client(tmp_path, {})
+    rest.http = refused
+    with pytest.raises(SlurmRestError, match="cannot reach slurmrestd") as unreachable:
+        rest.ping()
+    assert unreachable.value.rc is None and "X-SLURM-USER-TOKEN" not in str(unreachable.value)
