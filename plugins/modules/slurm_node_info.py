@@ -18,11 +18,14 @@ description:
   - Uses C(--json) where the Slurm version has it (C(scontrol) from 23.02, C(sinfo) and C(squeue)
     from 21.08) and C(scontrol --oneliner) text otherwise, with C(LC_ALL=C).
   - The reason is the text an operator or the remediation wrote, returned whole.
-  - Works with Slurm 22.05 (Debian bookworm) and 24.11 (Debian trixie).
+  - With O(slurm_api=rest) it reads the same through slurmrestd (data parser v0.0.42 to v0.0.45), with no
+    Slurm command on the host.
+  - Works with Slurm 22.05 (Debian bookworm), 24.11 (Debian trixie) and 26.05 (Debian forky, Slinky 1.2's images).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.attributes.read_only
+  - gpufleet.resilience.slurm_api
 options:
   nodes:
     description:
@@ -36,20 +39,6 @@ options:
       - Slurm 22.05's C(sinfo) has no C(--future), so this reads C(scontrol --future show node) there.
     type: bool
     default: false
-  slurm_conf:
-    description:
-      - Path of C(slurm.conf), passed to the commands as E(SLURM_CONF).
-      - Omit to use Slurm's default (or E(SLURM_CONF) of the environment).
-    type: path
-  bin_dir:
-    description:
-      - Directory holding C(scontrol), C(sinfo) and C(squeue). Omit to search E(PATH).
-    type: path
-  timeout:
-    description:
-      - Seconds each Slurm command may run before it is stopped and the module fails.
-    type: float
-    default: 30
 notes:
   - Jobs come from C(squeue --all). A pending job holds no node, so it is in no node's RV(nodes[].jobs).
 seealso:
@@ -81,6 +70,14 @@ EXAMPLES = r"""
     and slurm.nodes | selectattr('state', 'equalto', 'UNKNOWN') | list | length == 0
     and slurm.nodes | selectattr('flags', 'contains', 'NOT_RESPONDING') | list | length == 0
 
+- name: Read them through a Slinky release's slurmrestd, without scontrol on the host
+  gpufleet.resilience.slurm_node_info:
+    slurm_api: rest
+    rest_url: https://slurm-restapi.slurm.svc:6820
+    rest_user: gpufleet
+    rest_jwt_key_file: /run/secrets/slurm-jwt/jwt_hs256.key
+  register: slurm
+
 - name: Names of drained nodes
   ansible.builtin.debug:
     msg: "{{ slurm.nodes | selectattr('flags', 'contains', 'DRAIN') | map(attribute='name') }}"
@@ -88,7 +85,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 slurm_version:
-  description: Version of the Slurm commands (C(scontrol --version)).
+  description: Version of Slurm (C(scontrol --version), or what slurmrestd says it runs).
   returned: success
   type: str
   sample: "22.05.8"
@@ -201,7 +198,11 @@ nodes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import node_info
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import (
+    SLURM_API_ARGS,
+    node_info,
+    slurm_client,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
@@ -210,16 +211,15 @@ def argspec():
     return dict(
         nodes=dict(type="list", elements="str"),
         future=dict(type="bool", default=False),
-        slurm_conf=dict(type="path"),
-        bin_dir=dict(type="path"),
-        timeout=dict(type="float", default=30),
+        **SLURM_API_ARGS,
     )
 
 
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     try:
-        result = node_info(module_run_function(module), **module.params)
+        client = slurm_client(module.params, module_run_function(module))
+        result = node_info(client, nodes=module.params["nodes"], future=module.params["future"])
     except SlurmError as exc:
         module.fail_json(msg=str(exc), **exc.details())
     except GpufleetError as exc:

@@ -44,9 +44,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_sq
     parse_squeue_text,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import (
-    DEFAULT_TIMEOUT,
     CommandResult,
-    RunFunction,
     SlurmRunner,
 )
 
@@ -245,14 +243,3 @@ def check_job_ids(job_ids: Sequence[Any], field: str = "job_ids", allow_empty: b
     if bad:
         raise FieldError(field, "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
     return ids
-
-
-def node_info(run: RunFunction, nodes: Optional[Sequence[str]] = None, future: bool = False,
-              slurm_conf: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT,
-              bin_dir: Optional[str] = None) -> Dict[str, Any]:
-    """What the slurm_node_info module returns: the nodes as dicts, and the Slurm version."""
-    for index, node in enumerate(nodes or []):
-        check_node(node, "nodes[%d]" % index)
-    client = SlurmClient(SlurmRunner(run=run, slurm_conf=slurm_conf, timeout=timeout, bin_dir=bin_dir))
-    found = client.nodes(names=nodes, future=future)
-    return dict(nodes=[node.as_dict() for node in found.values()], slurm_version=str(client.version()))

@@ -8,12 +8,17 @@ Every test leaves the cluster as it found it: nodes resumed, jobs cancelled.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List
 
 import pytest
+import yaml
+from lab_harness import VENV_BIN
 from slurm_clusters import REASON, SlurmCluster, wait_for
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -64,12 +69,20 @@ def names(slurm_lab) -> List[str]:
     return ["%s-%03d" % (pool["name"], index) for index in range(1, pool["count"] + 1)]
 
 
+def wait_quiet(cli: SlurmClient) -> None:
+    """No job left and no node flag (COMPLETING, NOT_RESPONDING after a resume): two reads a moment
+    apart then see the same cluster, whichever transport makes them."""
+    wait_for("the cluster quiet", lambda: not cli.jobs() and not any(
+        node.flags for node in cli.nodes(with_jobs=False).values()), timeout=60)
+
+
 def submit(slurm_lab, *args: str) -> str:
     return SlurmCluster(lab=slurm_lab, version="26.05").command(
         "sbatch", "--parsable", "--output=/dev/null", "--chdir=/tmp", *args).strip().split(";")[0]
 
 
 def test_every_read_gives_the_cli_models_with_jobs_arrays_and_a_drained_node(slurm_lab, cli, rest, names):
+    wait_quiet(cli)
     assert rest.parser() == "v0.0.45" and str(rest.version()) == str(cli.version())
     assert rest.ping() == cli.ping() and rest.ping()[0]["state"] == "UP"
     jobs: List[str] = []
@@ -195,3 +208,34 @@ def test_refusals_name_the_cause_and_change_nothing(slurm_lab, url, key_file, cl
         SlurmRestClient("http://slurm.example.com:6820", TokenSource("root", jwt_key_file=str(key_file)))
 
     assert cli.nodes(future=True) == before
+
+
+def test_slurm_node_info_reads_the_same_through_either_api(slurm_lab, cli, url, key_file, names, tmp_path):
+    """The module through ansible-playbook: slurm_api cli and rest give the same nodes; a rest run with a
+    CLI option is refused naming it."""
+    wait_quiet(cli)
+    out = tmp_path / "result.json"
+    playbook = tmp_path / "node_info.yml"
+    module = "gpufleet.resilience.slurm_node_info"
+    rest = {"slurm_api": "rest", "rest_url": url, "rest_jwt_key_file": str(key_file), "future": True}
+    playbook.write_text(yaml.safe_dump([{
+        "name": "slurm_node_info through both APIs", "hosts": "localhost", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "tasks": [
+            {"name": "CLI", module: {"slurm_conf": str(slurm_lab.slurm_conf), "bin_dir": str(slurm_lab.lab_dir / "bin"),
+                                     "future": True}, "register": "cli"},
+            {"name": "REST", module: rest, "register": "rest"},
+            {"name": "REST with a CLI option", module: dict(rest, bin_dir="/usr/bin"), "register": "mixed",
+             "ignore_errors": True},
+            {"name": "Save", "ansible.builtin.copy": {
+                "content": "{{ {'cli': cli, 'rest': rest, 'mixed': mixed} | to_json }}", "dest": str(out)}},
+        ],
+    }]))
+    done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
+                          env=slurm_lab.env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["rest"]["nodes"] == result["cli"]["nodes"] and result["rest"]["slurm_version"].startswith("26.05.")
+    assert [node["name"] for node in result["rest"]["nodes"]][:len(names)] == names
+    assert result["mixed"]["failed"] and result["mixed"]["field"] == "bin_dir"
+    assert str(key_file.read_bytes()) not in done.stdout

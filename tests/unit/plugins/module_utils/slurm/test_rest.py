@@ -13,6 +13,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmUnknownNodeError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import (
     SlurmRestAuthError,
@@ -203,3 +205,30 @@ def test_an_unreachable_server_is_a_typed_error(tmp_path):
     with pytest.raises(SlurmRestError, match="cannot reach slurmrestd") as unreachable:
         rest.ping()
     assert unreachable.value.rc is None and "X-SLURM-USER-TOKEN" not in str(unreachable.value)
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"slurm_api": "rest"}, "rest_url"),
+    ({"slurm_api": "rest", "rest_url": "http://127.0.0.1:6820", "bin_dir": "/usr/bin"}, "bin_dir"),
+    ({"slurm_api": "cli", "rest_url": "https://slurm:6820"}, "rest_url"),
+    ({"slurm_api": "cli", "rest_jwt_key_file": "/key"}, "rest_jwt_key_file"),
+    ({"slurm_api": "rest", "rest_url": "http://127.0.0.1:6820"}, "rest_jwt_key_file"),
+    ({"slurm_api": "grpc"}, "slurm_api"),
+])
+def test_the_connection_options_name_the_one_that_is_wrong(params, field):
+    with pytest.raises(FieldError) as bad:
+        slurm_client(params, run=lambda *_: (0, "", ""))
+    assert bad.value.field == field
+
+
+def test_the_connection_options_make_the_client_they_ask_for(tmp_path):
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    cli = slurm_client({"slurm_conf": "/lab/slurm.conf", "bin_dir": "/lab/bin", "timeout": 9},
+                       run=lambda *_: (0, "", ""), check_mode=True)
+    assert isinstance(cli, SlurmClient) and cli.runner.binary("scontrol") == "/lab/bin/scontrol"
+    assert (cli.runner.slurm_conf, cli.runner.timeout, cli.check_mode) == ("/lab/slurm.conf", 9, True)
+    rest = slurm_client({"slurm_api": "rest", "rest_url": "https://slurm:6820/", "rest_user": "gpufleet",
+                         "rest_jwt_key_file": str(key), "timeout": 9}, run=lambda *_: (0, "", ""))
+    assert isinstance(rest, SlurmRestClient) and rest.url == "https://slurm:6820"
+    assert (rest.tokens.user, rest.timeout, rest.check_mode) == ("gpufleet", 9, False)
