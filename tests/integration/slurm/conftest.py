@@ -27,6 +27,8 @@ SLURM_LAB_VARS: Dict[str, Any] = {
     "slurm_slurmrestd_port": 30820 + PORT_OFFSET,
     "gpufleet_node_pools": TEST_LAB_VARS["gpufleet_node_pools"],
 }
+
+
 def _run(the_lab: Lab, book: str):
     variables = dict(the_lab.extra_vars, gpufleet_lab_dir=str(the_lab.lab_dir))
     return run_playbook([str(HERE / "files" / book), "-e", json.dumps(variables)], the_lab.env())

@@ -28,8 +28,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors i
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 
-
-
 @pytest.fixture(scope="module")
 def pool(cluster):
     return cluster.pool
@@ -126,7 +124,7 @@ def test_check_mode_changes_nothing(cluster, client, active):
     result = dry.set_node_state(name, "DOWN", "gpufleet: check mode must not do this")
     assert (result.ran, result.rc) == (False, None)
     assert words(result.argv) == ["scontrol", "update", "NodeName=" + name, "State=DOWN",
-                           "Reason=gpufleet: check mode must not do this"]
+                                  "Reason=gpufleet: check mode must not do this"]
     assert dry.nodes(names=[name], future=True)[name] == before  # reads still run
     assert client.nodes(names=[name], future=True)[name] == before
 
@@ -144,7 +142,8 @@ def test_jobs_on_a_node_signal_requeue_and_cancel(cluster, client, active):
 
     def submit(job_name: str) -> str:
         job_id = cluster.command("sbatch", "--parsable", "--requeue", "--gres=gpu:1", "--job-name=" + job_name,
-                           "--nodelist=" + name, "--output=/dev/null", "--chdir=/tmp", "--wrap", "sleep 300").strip()
+                                 "--nodelist=" + name, "--output=/dev/null", "--chdir=/tmp", "--wrap",
+                                 "sleep 300").strip()
         submitted.append(job_id)
         return job_id
 

@@ -40,8 +40,6 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 pytestmark = [pytest.mark.integration]
 
 
-
-
 @pytest.fixture(scope="module")
 def url(slurm_lab) -> str:
     return "http://127.0.0.1:%d" % slurm_lab.extra_vars["slurm_slurmrestd_port"]

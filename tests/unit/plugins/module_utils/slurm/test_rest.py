@@ -178,8 +178,8 @@ def test_answers_become_the_typed_errors(tmp_path, captures):
                                       "step_id": "7"}]}
     rest, _server = client(tmp_path, {
         ("GET", "/slurm/v0.0.45/nodes/?flags=MIXED"): (511, bad_token),
-        ("POST", "/slurm/v0.0.45/node/nosuch"): (200, {"errors": [{"description": "Failure to update node nosuch",
-                                                                    "error": "Invalid node name specified"}]}),
+        ("POST", "/slurm/v0.0.45/node/nosuch"): (200, {"errors": [{
+            "description": "Failure to update node nosuch", "error": "Invalid node name specified"}]}),
         ("GET", "/slurm/v0.0.45/node/nosuch"): (200, unknown),
         ("DELETE", "/slurm/v0.0.45/job/7"): (200, gone),
         ("DELETE", "/slurm/v0.0.45/job/8"): (500, "internal error")})
