@@ -53,7 +53,7 @@ def play(lab: Lab, book: str) -> None:
 
 def measure(calls: Dict[str, Callable[[], object]], rounds: int, pause: float = 0.0) -> Dict[str, List[float]]:
     times: Dict[str, List[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
+    for _round in range(rounds):
         for name, call in calls.items():  # alternating: the same load for both
             began = time.perf_counter()
             call()
@@ -98,7 +98,7 @@ def bench(nodes: int, rounds: int) -> None:
 
         groups = [
             ("nodes() without jobs", lambda: cli.nodes(with_jobs=False), lambda: rest.nodes(with_jobs=False)),
-            ("nodes() with their jobs", lambda: cli.nodes(), lambda: rest.nodes()),
+            ("nodes() with their jobs", cli.nodes, rest.nodes),
             ("set_node_state DRAIN + RESUME", drain_resume(cli), drain_resume(rest)),
             ("signal_jobs (SIGCONT)", lambda: cli.signal_jobs([job], "CONT"), lambda: rest.signal_jobs([job], "CONT")),
         ]
@@ -117,7 +117,7 @@ def bench(nodes: int, rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()

@@ -7,8 +7,8 @@ Reads pick the best source the version has:
 - nodes: ``scontrol --json show node`` (23.02+); else ``sinfo --json`` (21.08+); else, and for
   FUTURE nodes on 22.05 (whose sinfo has no ``--future``), ``scontrol --future --oneliner show
   node``. It always asks for every node and filters here: 22.05 refuses ``scontrol show node A B``.
-- jobs: ``squeue --all --states=all --json``, else a fixed ``--format``; filtered here, because 22.05's
-  ``--json`` ignores squeue's filter options.
+- jobs: ``squeue --all --json`` (``--states=all`` too from 23.02), else a fixed ``--format``;
+  filtered here, because 22.05's ``--json`` ignores squeue's filter options.
 
 Writes (``set_node_state``, ``signal_jobs``, ``requeue``, ``cancel``) check their input before
 anything runs: a job id such as ``--me`` would make scancel cancel every job of the user, and a
@@ -109,10 +109,14 @@ class SlurmClient:
     def jobs(self, nodes: Optional[Sequence[str]] = None, states: Optional[Sequence[str]] = None) -> List[SlurmJob]:
         """Jobs on any of ``nodes`` (default: all) in any of ``states`` (default: not finished)."""
         if self.runner.has_json("squeue"):
-            # --states=all: 26.05 applies squeue's default filter to --json too and leaves out the jobs
-            # that have ended (a job that finished in its grace would look gone); 22.05 ignores it.
-            jobs = parse_jobs_json(self.runner.run("squeue", "all states json", all=True, states="all",
-                                                   json=True).stdout)
+            # --states=all from 23.02 on: 26.05 applies squeue's default filter to --json too and leaves
+            # out the jobs that have ended (a job that finished in its grace would look gone). 22.05
+            # lists them without it, and with it also lists jobs that keep nodes as they complete.
+            if self.runner.version().at_least(23, 2):
+                out = self.runner.run("squeue", "all states json", all=True, states="all", json=True).stdout
+            else:
+                out = self.runner.run("squeue", "all json", all=True, json=True).stdout
+            jobs = parse_jobs_json(out)
         else:
             out = self.runner.run("squeue", "all noheader states format", all=True, noheader=True,
                                   states="all", format=SQUEUE_FORMAT).stdout

@@ -29,12 +29,12 @@ import hmac
 import json
 import os
 import re
-import ssl
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
@@ -173,18 +173,15 @@ def _read_secret(path: str, field: str) -> bytes:
 
 
 def urllib_http(ca_file: Optional[str] = None, verify: bool = True) -> HttpFunction:
-    """The default HTTP function: urllib, TLS verified unless ``verify`` is false."""
-    context = ssl.create_default_context(cafile=ca_file)
-    if not verify:  # the caller said so, by name (rest_validate_certs: false)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
+    """The default HTTP function: Ansible's open_url, TLS verified unless ``verify`` is false."""
 
     def call(method: str, url: str, body: Optional[bytes], headers: Dict[str, str],
              timeout: Optional[float]) -> Tuple[int, str]:
-        request = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-                return response.status, response.read().decode("utf-8", "replace")
+            response = open_url(url, data=body, headers=headers, method=method, timeout=timeout,
+                                validate_certs=verify, ca_path=ca_file, follow_redirects="none")
+            with response:
+                return response.getcode(), response.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode("utf-8", "replace")
 
