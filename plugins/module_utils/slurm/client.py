@@ -19,7 +19,7 @@ check mode they run nothing and return the argv they would have run.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import MAX_NODE_NAME, check_name, check_text
@@ -178,14 +178,19 @@ class SlurmClient:
     def cancel_unless_gone(self, job_id: Any) -> Optional[CommandResult]:
         """``scancel <id>``, or None when Slurm says the job has already ended or is unknown:
         a rollback that finds its load job gone has nothing left to stop."""
-        try:
-            return self.cancel([job_id])
-        except SlurmTimeoutError:
-            raise
-        except SlurmCommandError as exc:
-            if _JOB_GONE.search(exc.stderr or ""):
-                return None
-            raise
+        return unless_gone(lambda: self.cancel([job_id]))
+
+
+def unless_gone(cancel: Callable[[], CommandResult]) -> Optional[CommandResult]:
+    """``cancel()``, or None when Slurm says the job has already ended or is unknown (either transport)."""
+    try:
+        return cancel()
+    except SlurmTimeoutError:
+        raise
+    except SlurmCommandError as exc:
+        if _JOB_GONE.search(exc.stderr or ""):
+            return None
+        raise
 
 
 def select_nodes(found: Dict[str, SlurmNode], names: Optional[Sequence[str]], future: bool, argv: List[str],

@@ -44,6 +44,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
     check_node_state,
     check_signal,
     select_nodes,
+    unless_gone,
     with_their_jobs,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
@@ -63,8 +64,6 @@ KNOWN_PARSERS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42")
 REQUEUE_SINCE = "v0.0.45"
 DEFAULT_TOKEN_LIFESPAN = 600
 _PARSER_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
-# What slurmctld says through slurmrestd for a job that has ended (or was purged).
-_JOB_GONE = re.compile(r"already completing or completed|Invalid job id specified", re.I)
 # A node update or query that names a node slurmctld does not know.
 _UNKNOWN_NODE = re.compile(r"Invalid node name specified|Failure to query node|Unable to find node", re.I)
 
@@ -349,16 +348,7 @@ class SlurmRestClient:
 
     def cancel_unless_gone(self, job_id: Any) -> Optional[CommandResult]:
         """Cancel, or None when Slurm says the job has already ended or is unknown."""
-        try:
-            return self.cancel([job_id])
-        except SlurmTimeoutError:
-            raise
-        except SlurmRestAuthError:
-            raise
-        except SlurmCommandError as exc:
-            if _JOB_GONE.search(exc.stderr or ""):
-                return None
-            raise
+        return unless_gone(lambda: self.cancel([job_id]))
 
     def _each(self, method: str, ids: List[str], tail: str) -> CommandResult:
         results = [self._mutate(method, tail % urllib.parse.quote(job_id, safe="")) for job_id in ids]

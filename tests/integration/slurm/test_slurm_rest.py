@@ -161,6 +161,7 @@ def test_check_mode_sends_nothing(url, key_file, cli, names):
 
 def test_refusals_name_the_cause_and_change_nothing(slurm_lab, url, key_file, cli, names, tmp_path):
     node = names[-1]
+    wait_quiet(cli)  # a job left pending by the test before marks nodes PLANNED while backfill looks at it
     before = cli.nodes(future=True)
 
     # A token signed with another key: slurmctld refuses it, slurmrestd says so.
