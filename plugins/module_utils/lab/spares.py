@@ -267,7 +267,7 @@ class LabNodes:
             jobs = self.active_jobs(name)
             if not jobs:
                 return
-            leaving = all("COMPLETING" in job.flags for job in jobs)
+            leaving = all(job.completing for job in jobs)
             if not leaving or self.clock() >= deadline:
                 raise LabNodeError(
                     "node %s still has jobs %s: requeue or cancel them first (gpufleet.resilience.slurm_jobs)"

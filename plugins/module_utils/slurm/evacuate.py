@@ -79,10 +79,6 @@ def on_node(job: SlurmJob, node: str) -> bool:
     return job.active and job.state != "PENDING" and node in job.nodes
 
 
-def completing(job: SlurmJob) -> bool:
-    return job.state == "COMPLETING" or "COMPLETING" in job.flags
-
-
 @dataclass
 class JobFate:
     job_id: str
@@ -159,7 +155,7 @@ def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optio
             fate = JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue)
             fate.state = job.state
             fates.append(fate)
-            if job.job_id in checked["skip"] or completing(job):
+            if job.job_id in checked["skip"] or job.completing:
                 continue
             result = _tolerant(client, node, job.job_id, lambda job_id: client.signal_jobs([job_id], checked["signal"]))
             if result is None:
@@ -207,7 +203,7 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             if job.job_id in checked["skip"]:
                 fates[job.job_id].signalled = True  # by an earlier call (state=signalled, or a crashed run)
                 continue
-            if completing(job):
+            if job.completing:
                 continue  # it has ended and is giving the node back
             result = _tolerant(client, node, job.job_id, lambda job_id: client.signal_jobs([job_id], checked["signal"]))
             if result is None:
@@ -254,7 +250,7 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
                 fate.fate = LEFT
                 continue
             job = latest[job_id]
-            if completing(job):
+            if job.completing:
                 fate.fate, fate.note = LEFT, "completing after the grace; left to end"
                 continue
             if then == "requeue" and job.requeue is not False:

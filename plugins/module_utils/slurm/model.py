@@ -205,6 +205,11 @@ class SlurmJob:
     def active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES or "COMPLETING" in self.flags
 
+    @property
+    def completing(self) -> bool:
+        """The job has ended and is giving its nodes back: 22.05 says so in the state, 23.02 on in a flag."""
+        return self.state == "COMPLETING" or "COMPLETING" in self.flags
+
     def in_states(self, states: Iterable[str]) -> bool:
         wanted = {state.upper() for state in states}
         return self.state in wanted or bool(wanted.intersection(self.flags))

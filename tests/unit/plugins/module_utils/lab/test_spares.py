@@ -262,6 +262,10 @@ def test_jobs_refuse_at_once_completing_ones_are_waited_for(lab: Path) -> None:
     leaving = JobsOnly([[job("9", "COMPLETED", "COMPLETING")], [job("9", "COMPLETED", "COMPLETING")], []])
     nodes_without_clusters(lab, leaving).check_no_jobs("gpu-a-001")
     assert leaving.calls == 3
+    # Slurm 22.05 gives COMPLETING as the job's state, with no flag.
+    leaving_22_05 = JobsOnly([[job("9", "COMPLETING")], []])
+    nodes_without_clusters(lab, leaving_22_05).check_no_jobs("gpu-a-001")
+    assert leaving_22_05.calls == 2
     clock = iter(range(0, 1000, 10))
     stuck = LabNodes(str(lab), kube=None, slurm=JobsOnly([[job("9", "COMPLETED", "COMPLETING")]]), wait_timeout=30,
                      sleep=lambda s: None, clock=lambda: float(next(clock)))
