@@ -96,6 +96,7 @@ pytest: venv link fake-nvml
 
 test:
 	$(PARALLEL_SETUP) venv link debs fake-nvml lab-binaries quick-lint
+	@date -u +"== set-up done at %FT%TZ"
 	$(MAKE) --no-print-directory pytest
 
 lab: setup

@@ -4,8 +4,10 @@
 
 Prints, for a cluster of 8 and of 64 nodes, the median and p90 milliseconds of each call through
 each transport, and REST/CLI: nodes() without jobs, nodes() with their jobs (one more listing),
-set_node_state DRAIN then RESUME (one pair), and signal_jobs (SIGCONT, which changes nothing, to a
-running job). The calls alternate CLI, REST, CLI, ... so both see the same machine load.
+set_node_state DRAIN then RESUME (one pair), signal_jobs (SIGCONT, which changes nothing, to a
+running job), and the agent's fast fence: a fatal verdict to the node DRAIN in slurmctld (a new
+client per fence, as the agent makes it; the RESUME after it untimed). The calls alternate CLI, REST,
+CLI, ... so both see the same machine load.
 
 It brings up its own Slurm-only lab (the slurm role with slurm_lab_version 26.05; directory
 /var/tmp/gpufleet-bench-slurm, ports 37817, 37820 and 38001-) and takes it down at the end.
@@ -20,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -30,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from lab_harness import TEST_LAB_VARS, Lab, lab_processes, run_playbook
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fence import FastFence, fence_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import SlurmRestClient, TokenSource
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
@@ -96,6 +100,20 @@ def bench(nodes: int, rounds: int) -> None:
                 client.set_node_state(node, "RESUME")
             return call
 
+        def fence_once(params: Dict[str, object]) -> float:
+            """Milliseconds from the verdict to the node DRAIN (the fence's own thread, a new client)."""
+            fenced = threading.Event()
+            fence = FastFence(node, lambda: fence_client(params), on_error=print,
+                              on_fenced=lambda outcome, reason: fenced.set())
+            fence.start()
+            began = time.perf_counter()
+            fence.update(True, "gpufleet: Xid79 GPU 3 (agent fast fence)")
+            fenced.wait(30)
+            took = (time.perf_counter() - began) * 1000.0
+            fence.stop()
+            cli.set_node_state(node, "RESUME")
+            return took
+
         groups = [
             ("nodes() without jobs", lambda: cli.nodes(with_jobs=False), lambda: rest.nodes(with_jobs=False)),
             ("nodes() with their jobs", cli.nodes, rest.nodes),
@@ -107,6 +125,14 @@ def bench(nodes: int, rounds: int) -> None:
         for label, cli_call, rest_call in groups:
             times = measure({"cli": cli_call, "rest": rest_call}, rounds, pause=0.5 if "signal" in label else 0.0)
             print(row(label, times["cli"], times["rest"]))
+        fences: Dict[str, List[float]] = {"cli": [], "rest": []}
+        params = {"cli": {"slurm_conf": str(lab.slurm_conf), "bin_dir": str(LAB_DIR / "bin")},
+                  "rest": {"slurm_api": "rest", "rest_url": rest.url,
+                           "rest_jwt_key_file": str(LAB_DIR / "slurm" / "jwt" / "jwt_hs256.key")}}
+        for _round in range(rounds):
+            for name in ("cli", "rest"):
+                fences[name].append(fence_once(params[name]))
+        print(row("fast fence: verdict -> DRAIN", fences["cli"], fences["rest"]))
         cli.cancel([job])
     finally:
         play(lab, "slurm-lab-down.yml")

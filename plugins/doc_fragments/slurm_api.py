@@ -33,7 +33,7 @@ options:
   rest_url:
     description:
       - V(rest) - URL of slurmrestd, for example V(https://slurm-restapi.slurm.svc:6820). Plain V(http) only
-        to loopback.
+        to loopback, or with O(rest_allow_http).
     type: str
   rest_user:
     description:
@@ -66,4 +66,19 @@ options:
       - V(rest) - verify slurmrestd's TLS certificate. Only turn it off for a test cluster.
     type: bool
     default: true
+  rest_allow_http:
+    description:
+      - V(rest) - allow a plain V(http) O(rest_url) beyond loopback, as a Slinky release's RestApi Service serves it
+        (port 6820, no TLS). The token then crosses the network in clear; only where that network is trusted
+        (inside the cluster, with a NetworkPolicy).
+    type: bool
+    default: false
+  rest_requeue_exit:
+    description:
+      - V(rest) - the cluster's C(RequeueExit) codes (C(slurm.conf)), which slurmrestd does not show. A job the
+        signal ended FAILED is requeued unless it exited with one of them (slurmctld requeues those itself).
+        Give V([]) when C(slurm.conf) has none.
+      - Omit where no job is evacuated; an evacuation that needs them then fails, naming this option.
+    type: list
+    elements: int
 """

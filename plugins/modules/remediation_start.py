@@ -100,16 +100,54 @@ options:
         M(gpufleet.resilience.node_quarantine)).
     type: dict
     suboptions:
+      slurm_api:
+        description: How to reach Slurm, C(scontrol) (V(cli)) or slurmrestd (V(rest)).
+        type: str
+        choices: [cli, rest]
+        default: cli
       slurm_conf:
-        description: Path of C(slurm.conf) (E(SLURM_CONF)); omit for Slurm's default.
+        description: V(cli) - path of C(slurm.conf) (E(SLURM_CONF)); omit for Slurm's default.
         type: path
       bin_dir:
-        description: Directory holding C(scontrol) and C(sinfo); omit to search E(PATH).
+        description: V(cli) - directory holding C(scontrol) and C(sinfo); omit to search E(PATH).
         type: path
       timeout:
-        description: Seconds each Slurm command may run.
+        description: Seconds each Slurm command or slurmrestd call may take.
         type: float
         default: 15
+      rest_url:
+        description: V(rest) - URL of slurmrestd (plain V(http) only to loopback).
+        type: str
+      rest_user:
+        description: V(rest) - the Slurm user (an operator) the token is for.
+        type: str
+        default: root
+      rest_jwt_key_file:
+        description: V(rest) - the cluster's JWT key, to mint short-lived tokens; or give O(fence.rest_token_file).
+        type: path
+      rest_token_file:
+        description: V(rest) - a file holding a token another process keeps fresh.
+        type: path
+      rest_token_lifespan:
+        description: V(rest) - seconds a minted token lives.
+        type: int
+        default: 600
+      rest_ca_file:
+        description: V(rest) - CA bundle that signed slurmrestd's certificate.
+        type: path
+      rest_validate_certs:
+        description: V(rest) - verify slurmrestd's TLS certificate.
+        type: bool
+        default: true
+      rest_allow_http:
+        description: V(rest) - allow plain V(http) beyond loopback (Slinky's RestApi Service); the token crosses in clear.
+        type: bool
+        default: false
+      rest_requeue_exit:
+        description: V(rest) - the cluster's C(RequeueExit) codes (not used by the fence; accepted so one set of
+          Slurm options serves every module).
+        type: list
+        elements: int
       taint_key:
         description: Key of the quarantine taint (effect C(NoSchedule)).
         type: str
@@ -218,8 +256,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import start
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm import connect
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_api_args
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
 
 def argspec():
@@ -236,9 +275,7 @@ def argspec():
         pool_selector=dict(type="str", default="gpufleet.io/pool"),
         alertmanager_url=dict(type="str"),
         fence=dict(type="dict", options=dict(
-            slurm_conf=dict(type="path"),
-            bin_dir=dict(type="path"),
-            timeout=dict(type="float", default=15),
+            slurm_api_args(timeout=15),
             taint_key=dict(type="str", default="gpufleet.io/gpu-unhealthy", no_log=False),
         )),
         notify=dict(type="dict", options=dict(
@@ -255,9 +292,7 @@ def main():
     fence = module.params["fence"] or {}
 
     def slurm_client():
-        return SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=fence.get("slurm_conf"),
-                                       bin_dir=fence.get("bin_dir"), timeout=fence.get("timeout"),
-                                       check_mode=module.check_mode))
+        return connect.slurm_client(fence, module_run_function(module), check_mode=module.check_mode)
 
     try:
         result = start(module.params, module.check_mode, slurm_client=slurm_client)

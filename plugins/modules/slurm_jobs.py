@@ -28,11 +28,17 @@ description:
     requeues it, though 22.05 may still list it as V(FAILED) for a moment.
   - The node itself is not touched; fence it first with M(gpufleet.resilience.slurm_node)
     (O(gpufleet.resilience.slurm_node#module:state=drain)), so requeued jobs start elsewhere.
-  - Works with Slurm 22.05 (Debian bookworm) and 24.11 (Debian trixie). Job ids such as C(12_3) (array tasks) work.
+  - With O(slurm_api=rest) the same calls go to slurmrestd (signal
+    C(DELETE .../job/<id>?signal=<signal>&flags=FULL_JOB), requeue C(POST .../jobs/requeue), which needs data parser
+    v0.0.45, Slurm 26.05), with no Slurm command on the host; give the cluster's C(RequeueExit) codes as
+    O(rest_requeue_exit).
+  - Works with Slurm 22.05 (Debian bookworm), 24.11 (Debian trixie) and 26.05 (Debian forky). Job ids such as C(12_3)
+    (array tasks) work.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.remediation_phase
+  - gpufleet.resilience.slurm_api
 options:
   node:
     description:
@@ -92,20 +98,6 @@ options:
     type: list
     elements: str
     default: []
-  slurm_conf:
-    description:
-      - Path of C(slurm.conf), passed to the commands as E(SLURM_CONF).
-      - Omit to use Slurm's default (or E(SLURM_CONF) of the environment).
-    type: path
-  bin_dir:
-    description:
-      - Directory holding C(scontrol), C(scancel), C(sinfo) and C(squeue). Omit to search E(PATH).
-    type: path
-  timeout:
-    description:
-      - Seconds each Slurm command may run before it is stopped and the module fails.
-    type: float
-    default: 30
 attributes:
   check_mode:
     support: full
@@ -244,9 +236,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.ph
     record_intent,
     recorded_intent,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import SLURM_API_ARGS, slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.evacuate import slurm_jobs
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
 
 def argspec():
@@ -260,9 +252,7 @@ def argspec():
         skip_signal=dict(type="list", elements="str", default=[]),
         return_after=dict(type="float"),
         grace_started=dict(type="float"),
-        slurm_conf=dict(type="path"),
-        bin_dir=dict(type="path"),
-        timeout=dict(type="float", default=30),
+        **SLURM_API_ARGS,
         **progress_argspec(),
     )
 
@@ -291,9 +281,8 @@ def evacuate_and_record(module, client):
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     p = module.params
-    client = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"], bin_dir=p["bin_dir"],
-                                     timeout=p["timeout"], check_mode=module.check_mode))
     try:
+        client = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
         if p["progress"] and p["state"] == "evacuated":
             result = evacuate_and_record(module, client)
         else:

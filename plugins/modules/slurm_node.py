@@ -23,11 +23,14 @@ description:
     nothing (a down node is already fenced). V(down) on our own drain sets it down.
   - V(resume) lifts only our own fence; a node that is not fenced is left as it is.
   - Reads with C(scontrol --future show node), so a V(FUTURE) spare is recognised and refused.
-  - Works with Slurm 22.05 (Debian bookworm) and 24.11 (Debian trixie).
+  - With O(slurm_api=rest) the same through slurmrestd (C(POST .../node/<name>) with the state and reason), with
+    no Slurm command on the host.
+  - Works with Slurm 22.05 (Debian bookworm), 24.11 (Debian trixie) and 26.05 (Debian forky).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.remediation_phase
+  - gpufleet.resilience.slurm_api
 options:
   name:
     description:
@@ -62,20 +65,6 @@ options:
       - Resume the node even when someone else fenced it.
     type: bool
     default: false
-  slurm_conf:
-    description:
-      - Path of C(slurm.conf), passed to the commands as E(SLURM_CONF).
-      - Omit to use Slurm's default (or E(SLURM_CONF) of the environment).
-    type: path
-  bin_dir:
-    description:
-      - Directory holding C(scontrol), C(sinfo) and C(squeue). Omit to search E(PATH).
-    type: path
-  timeout:
-    description:
-      - Seconds each Slurm command may run before it is stopped and the module fails.
-    type: float
-    default: 30
 attributes:
   check_mode:
     support: full
@@ -185,9 +174,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.ph
     progress_argspec,
     record,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import SLURM_API_ARGS, slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import apply_node_state
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
 
 def argspec():
@@ -197,9 +186,7 @@ def argspec():
         reason=dict(type="str"),
         owner_prefix=dict(type="str", default="gpufleet:"),
         force=dict(type="bool", default=False),
-        slurm_conf=dict(type="path"),
-        bin_dir=dict(type="path"),
-        timeout=dict(type="float", default=30),
+        **SLURM_API_ARGS,
         **progress_argspec(),
     )
 
@@ -208,9 +195,8 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True,
                            required_if=[("state", "drain", ["reason"]), ("state", "down", ["reason"])])
     p = module.params
-    client = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"], bin_dir=p["bin_dir"],
-                                     timeout=p["timeout"], check_mode=module.check_mode))
     try:
+        client = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
         result = apply_node_state(client, p["name"], p["state"], p["reason"], p["owner_prefix"], p["force"])
         record(p["progress"], p["name"], fence_outcome(result, p["reason"]), module.check_mode)
     except GpufleetError as exc:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
-from lab_harness import REPO, TEST_LAB_VARS, Background, DownUp, Lab, PlaybookResult, down_and_up, lab_processes
+from lab_harness import (
+    PORT_OFFSET,
+    REPO,
+    TEST_LAB_VARS,
+    Background,
+    DownUp,
+    Lab,
+    PlaybookResult,
+    down_and_up,
+    lab_processes,
+    run_playbook,
+)
 
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
@@ -130,6 +144,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # A thread that is not a daemon keeps the interpreter from exiting after the summary line (the
+    # atexit join of a ThreadPoolExecutor's workers, for one): CI's clock runs on, pytest's does not.
+    lingering = [thread for thread in threading.enumerate()
+                 if thread is not threading.main_thread() and not thread.daemon and thread.is_alive()]
+    if lingering:
+        terminalreporter.write_sep("=", "threads the interpreter will wait for at exit")
+        frames = sys._current_frames()
+        for thread in lingering:
+            frame = frames.get(thread.ident)
+            stack = traceback.extract_stack(frame)[-4:] if frame else []
+            where = " < ".join("%s:%d %s" % (Path(f.filename).name, f.lineno, f.name) for f in reversed(stack))
+            terminalreporter.write_line("%s: %s" % (thread.name, where or "?"))
     slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
     if not slowest or slowest[0][1] < 10:
         return
@@ -190,3 +216,43 @@ def lab() -> Lab:
     left = lab_processes(LAB_DIR)
     assert down.rc == 0, down.output[-4000:]
     assert not left, "processes left after lab-down: %s" % left
+
+
+# ---- the Slurm-only 26.05 lab ------------------------------------------------------------------
+# Slurm 26.05 (the Slurm of Slinky 1.2's images, run from a Debian forky root by the slurm role) with
+# slurmrestd, beside the test lab: its own directory and ports (slurmctld 30817, slurmrestd 30820,
+# slurmd 31001-, all shifted by GPUFLEET_TEST_LAB_PORT_OFFSET). It comes up the first time a test asks
+# for it and goes down at the end of the session. The Slurm client tests run on it and on the test
+# lab's 22.05; the remediation's REST test reaches it through slurmrestd alone.
+HERE = Path(__file__).resolve().parent
+SLURM_LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_SLURM_LAB_DIR", "/var/tmp/gpufleet-pytest-slurm"))
+SLURM_LAB_VARS: Dict[str, Any] = {
+    "slurm_lab_version": "26.05",
+    "slurm_slurmctld_port": 30817 + PORT_OFFSET,
+    "slurm_slurmd_port_base": 31001 + PORT_OFFSET,
+    "slurm_slurmrestd_port": 30820 + PORT_OFFSET,
+    "gpufleet_node_pools": TEST_LAB_VARS["gpufleet_node_pools"],
+}
+
+
+def _run(the_lab: Lab, book: str):
+    variables = dict(the_lab.extra_vars, gpufleet_lab_dir=str(the_lab.lab_dir))
+    return run_playbook([str(HERE / "slurm" / "files" / book), "-e", json.dumps(variables)], the_lab.env())
+
+
+@pytest.fixture(scope="session")
+def slurm_lab() -> Lab:
+    """The Slurm-only 26.05 lab (about 60 s the first time on a host: 35 s of them make its root)."""
+    the_lab = Lab(lab_dir=SLURM_LAB_DIR, extra_vars=dict(SLURM_LAB_VARS))
+    if SLURM_LAB_DIR.exists():
+        _run(the_lab, "slurm-lab-down.yml")
+        shutil.rmtree(SLURM_LAB_DIR)
+    up = _run(the_lab, "slurm-lab-up.yml")
+    if up.rc != 0:
+        _run(the_lab, "slurm-lab-down.yml")
+        pytest.fail("the Slurm 26.05 lab did not come up:\n" + up.output[-6000:])
+    yield the_lab
+    down = _run(the_lab, "slurm-lab-down.yml")
+    left = lab_processes(SLURM_LAB_DIR)
+    assert down.rc == 0, down.output[-4000:]
+    assert not left, "processes left after the Slurm lab's teardown: %s" % left

@@ -26,8 +26,16 @@ Every key, its default and its meaning (docs/agent.md repeats them for operators
     journal: /var/lib/gpufleet/health-events.jsonl   # one JSON line per fault
     fast_fence:
       enabled: false             # drain this node's Slurm node on a fatal verdict, at once
-      slurm_conf: null           # SLURM_CONF for scontrol; default: Slurm's own
-      bin_dir: null              # where scontrol is; default: PATH
+      slurm_api: cli             # cli: scontrol (munge); rest: slurmrestd with a JWT, no Slurm on the node
+      slurm_conf: null           # cli: SLURM_CONF for scontrol; default: Slurm's own
+      bin_dir: null              # cli: where scontrol is; default: PATH
+      rest_url: null             # rest: slurmrestd's URL (https, or http to loopback)
+      rest_user: root            # rest: the Slurm operator the token is for
+      rest_token_file: null      # rest: a token file another process keeps fresh (or rest_jwt_key_file)
+      rest_jwt_key_file: null    # rest: the cluster's JWT key, to mint short-lived tokens
+      rest_ca_file: null         # rest: CA bundle of slurmrestd's certificate; default: the system's
+      rest_validate_certs: true
+      rest_allow_http: false     # rest: plain http beyond loopback (Slinky's RestApi Service), token in clear
     log_level: info              # debug | info | warning | error
 
 Pure: parsing and validation only. Errors are ``FieldError`` naming the key
@@ -43,6 +51,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_mapping
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 
 KERNEL_LOG_SOURCES = ("kmsg", "journal", "file", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -79,8 +88,21 @@ class KubernetesConfig:
 @dataclass(frozen=True)
 class FastFenceConfig:
     enabled: bool = False
+    slurm_api: str = "cli"
     slurm_conf: Optional[str] = None
     bin_dir: Optional[str] = None
+    rest_url: Optional[str] = None
+    rest_user: str = "root"
+    rest_token_file: Optional[str] = None
+    rest_jwt_key_file: Optional[str] = None
+    rest_ca_file: Optional[str] = None
+    rest_validate_certs: bool = True
+    rest_allow_http: bool = False
+
+    def slurm_params(self) -> Dict[str, Any]:
+        """The options of module_utils.slurm.connect's slurm_client (unset ones left out)."""
+        return {item.name: getattr(self, item.name) for item in fields(self)
+                if item.name != "enabled" and getattr(self, item.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -124,6 +146,22 @@ def _text(value: Any, name: str, optional: bool = True) -> Optional[str]:
     if not isinstance(value, str) or not value.strip() or "\n" in value:
         raise FieldError(name, "must be a non-empty one-line string, got %r" % (value,))
     return value.strip()
+
+
+def _fast_fence(fence: Mapping[str, Any]) -> FastFenceConfig:
+    texts = ("slurm_conf", "bin_dir", "rest_url", "rest_token_file", "rest_jwt_key_file", "rest_ca_file")
+    config = FastFenceConfig(
+        enabled=_bool(fence.get("enabled", False), "fast_fence.enabled"),
+        slurm_api=_text(fence.get("slurm_api", "cli"), "fast_fence.slurm_api", optional=False) or "cli",
+        rest_user=_text(fence.get("rest_user", "root"), "fast_fence.rest_user", optional=False) or "root",
+        rest_validate_certs=_bool(fence.get("rest_validate_certs", True), "fast_fence.rest_validate_certs"),
+        rest_allow_http=_bool(fence.get("rest_allow_http", False), "fast_fence.rest_allow_http"),
+        **{name: _text(fence.get(name), "fast_fence." + name) for name in texts})
+    try:  # the transport's own checks (cli or rest, a URL, one secret), before the agent starts
+        slurm_client(config.slurm_params())
+    except FieldError as exc:
+        raise FieldError("fast_fence." + exc.field, exc.message) from None
+    return config
 
 
 def _section(raw: Mapping[str, Any], key: str, known: Any) -> Dict[str, Any]:
@@ -203,10 +241,6 @@ def parse_config(raw: Any) -> AgentConfig:
             backoff_max=_number(kube.get("backoff_max", 30.0), "kubernetes.backoff_max", 0.1, 3600),
         ),
         journal=_text(raw.get("journal", DEFAULT_JOURNAL), "journal", optional=False),
-        fast_fence=FastFenceConfig(
-            enabled=_bool(fence.get("enabled", False), "fast_fence.enabled"),
-            slurm_conf=_text(fence.get("slurm_conf"), "fast_fence.slurm_conf"),
-            bin_dir=_text(fence.get("bin_dir"), "fast_fence.bin_dir"),
-        ),
+        fast_fence=_fast_fence(fence),
         log_level=level,
     )

@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import OWNER_PREFIX, plan_node_state
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 LOG = logging.getLogger("gpufleet.agent.fence")
 REASON_PREFIX = OWNER_PREFIX
@@ -41,8 +40,9 @@ def fence_reason(condition_reason: str, message: str) -> str:
     return " ".join(text.split())[:200]
 
 
-def slurm_client(slurm_conf: Optional[str], bin_dir: Optional[str]) -> SlurmClient:
-    return SlurmClient(SlurmRunner(slurm_conf=slurm_conf, bin_dir=bin_dir, timeout=SCONTROL_TIMEOUT))
+def fence_client(params: Mapping[str, Any]) -> Any:
+    """The Slurm client of the fence's settings (scontrol or slurmrestd), with the fence's short timeout."""
+    return slurm_client(dict(params, timeout=SCONTROL_TIMEOUT))
 
 
 class FastFence:

@@ -41,8 +41,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.conditio
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.config import AgentConfig
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fence import (
     FastFence,
+    fence_client,
     fence_reason,
-    slurm_client,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kernel_log_source import make_follower
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
@@ -292,7 +292,7 @@ class Agent:
     def _start_fence(self) -> None:
         fence = self.config.fast_fence
         if fence.enabled:
-            self._fence = FastFence(self.config.node, lambda: slurm_client(fence.slurm_conf, fence.bin_dir),
+            self._fence = FastFence(self.config.node, lambda: fence_client(fence.slurm_params()),
                                     on_error=lambda message: self.count_error("slurm", message),
                                     on_fenced=self._fenced)
             self._fence.start()

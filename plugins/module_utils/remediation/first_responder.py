@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import SLURM_API_ARGS, slurm_client
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import SlurmRestClient
 
 LOG = logging.getLogger("gpufleet.first_responder")
 VERDICTS = ("fatal", "degraded")
@@ -50,7 +52,7 @@ VERDICTS = ("fatal", "degraded")
 # notify is the playbook's (it follows the opt-out check's order there).
 START_KEYS = ("namespace", "kubeconfig", "context", "plans", "breaker", "escalation", "lease", "neighbours",
               "pool_selector", "alertmanager_url", "fence", "kube_connect_timeout", "kube_read_timeout")
-FENCE_KEYS = ("slurm_conf", "bin_dir", "timeout", "taint_key")
+FENCE_KEYS = (*SLURM_API_ARGS, "taint_key")
 
 
 class Settings:
@@ -71,6 +73,12 @@ class Settings:
             raise FieldError("start.fence." + key, "is not a fence option")
         self.start: Dict[str, Any] = {key: value for key, value in start.items() if value not in (None, "")}
         self.start["fence"] = {key: value for key, value in start["fence"].items() if value not in (None, "")}
+        try:  # the Slurm options (a REST URL, a key file that is missing), before any event
+            client = slurm_client(self.start["fence"])
+            if isinstance(client, SlurmRestClient):
+                client.tokens.token()
+        except FieldError as exc:
+            raise FieldError("start.fence." + exc.field, exc.message) from None
         # Bad remediation settings fail here, naming the field, as the module would before any call.
         from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import policy_from
 
@@ -179,17 +187,11 @@ class Responder:
 def _remediation_calls(settings: Settings):
     """The real start and hand-off: remediation_start's code, with its own Slurm client."""
     from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import api
-    from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
-    from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
-    fence = settings.start["fence"]
-
-    def slurm_client() -> Any:
-        return SlurmClient(SlurmRunner(slurm_conf=fence.get("slurm_conf"), bin_dir=fence.get("bin_dir"),
-                                       timeout=float(fence.get("timeout") or 15)))
+    fence = dict(settings.start["fence"], timeout=float(settings.start["fence"].get("timeout") or 15))
 
     def start(params: Dict[str, Any]) -> Dict[str, Any]:
-        return api.start(params, False, slurm_client=slurm_client)
+        return api.start(params, False, slurm_client=lambda: slurm_client(fence))
 
     def hand_off(params: Dict[str, Any], remediation_id: str) -> bool:
         return api.store_from(params, False).hand_off(params["node"], remediation_id, time.time())

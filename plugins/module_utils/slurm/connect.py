@@ -12,7 +12,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import (
     SlurmRestClient,
     TokenSource,
-    urllib_http,
+    stdlib_http,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import RunFunction, SlurmRunner
 
@@ -31,13 +31,25 @@ SLURM_API_ARGS: Dict[str, Dict[str, Any]] = dict(
     rest_token_lifespan=dict(type="int", default=600, no_log=False),
     rest_ca_file=dict(type="path"),
     rest_validate_certs=dict(type="bool", default=True),
+    rest_allow_http=dict(type="bool", default=False),
+    rest_requeue_exit=dict(type="list", elements="int"),
 )
-_REST_ONLY = ("rest_url", "rest_jwt_key_file", "rest_token_file", "rest_ca_file")
+
+
+def slurm_api_args(timeout: float = 30) -> Dict[str, Dict[str, Any]]:
+    """SLURM_API_ARGS with another default timeout (the fence's suboptions)."""
+    return dict(SLURM_API_ARGS, timeout=dict(type="float", default=timeout))
+
+
+_REST_ONLY = ("rest_url", "rest_jwt_key_file", "rest_token_file", "rest_ca_file", "rest_requeue_exit", "rest_allow_http")
 _CLI_ONLY = ("slurm_conf", "bin_dir")
 
 
-def slurm_client(params: Mapping[str, Any], run: RunFunction, check_mode: bool = False) -> AnySlurmClient:
-    """The client ``params`` (a module's, or the same keys) ask for; FieldError names a bad option."""
+def slurm_client(params: Mapping[str, Any], run: Optional[RunFunction] = None,
+                 check_mode: bool = False) -> AnySlurmClient:
+    """The client ``params`` (a module's, or the same keys) ask for; FieldError names a bad option.
+
+    ``run`` runs the CLI's commands (a module's run_command; subprocess by default)."""
     api = params.get("slurm_api") or "cli"
     if api == "cli":
         stray = [name for name in _REST_ONLY if params.get(name)]
@@ -54,8 +66,9 @@ def slurm_client(params: Mapping[str, Any], run: RunFunction, check_mode: bool =
         raise FieldError("rest_url", "is required with slurm_api=rest")
     tokens = TokenSource(params.get("rest_user") or "root", jwt_key_file=params.get("rest_jwt_key_file"),
                          token_file=params.get("rest_token_file"), lifespan=params.get("rest_token_lifespan") or 600)
-    http = urllib_http(ca_file=params.get("rest_ca_file"), verify=params.get("rest_validate_certs", True) is not False)
-    return SlurmRestClient(params["rest_url"], tokens, http=http, timeout=params.get("timeout"), check_mode=check_mode)
+    http = stdlib_http(ca_file=params.get("rest_ca_file"), verify=params.get("rest_validate_certs", True) is not False)
+    return SlurmRestClient(params["rest_url"], tokens, http=http, timeout=params.get("timeout"), check_mode=check_mode,
+                           requeue_exit=params.get("rest_requeue_exit"), allow_http=bool(params.get("rest_allow_http")))
 
 
 def node_info(client: AnySlurmClient, nodes: Optional[Sequence[str]] = None, future: bool = False) -> Dict[str, Any]:

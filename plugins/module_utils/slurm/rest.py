@@ -26,15 +26,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
+import ssl
 import time
-import urllib.error
 import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
-
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
@@ -171,18 +170,30 @@ def _read_secret(path: str, field: str) -> bytes:
     return data
 
 
-def urllib_http(ca_file: Optional[str] = None, verify: bool = True) -> HttpFunction:
-    """The default HTTP function: Ansible's open_url, TLS verified unless ``verify`` is false."""
+def stdlib_http(ca_file: Optional[str] = None, verify: bool = True) -> HttpFunction:
+    """The default HTTP function: the standard library's http.client, so the agent's image (which has
+    no Ansible) fences through it too. TLS is verified unless ``verify`` is false; redirects are not
+    followed (the token would go with them) and no proxy is used (slurmrestd is the cluster's own)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
 
     def call(method: str, url: str, body: Optional[bytes], headers: Dict[str, str],
              timeout: Optional[float]) -> Tuple[int, str]:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "https":
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout, context=context)
+        else:
+            connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
         try:
-            response = open_url(url, data=body, headers=headers, method=method, timeout=timeout,
-                                validate_certs=verify, ca_path=ca_file, follow_redirects="none")
-            with response:
-                return response.getcode(), response.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode("utf-8", "replace")
+            connection.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body,
+                               headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read().decode("utf-8", "replace")
+        finally:
+            connection.close()
 
     return call
 
@@ -192,20 +203,25 @@ class SlurmRestClient:
 
     def __init__(self, url: str, tokens: TokenSource, http: Optional[HttpFunction] = None,
                  timeout: Optional[float] = DEFAULT_TIMEOUT, check_mode: bool = False,
-                 known_parsers: Sequence[str] = KNOWN_PARSERS) -> None:
+                 known_parsers: Sequence[str] = KNOWN_PARSERS, requeue_exit: Optional[Sequence[int]] = None,
+                 allow_http: bool = False) -> None:
         parsed = urllib.parse.urlsplit(url or "")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise FieldError("rest_url", "must be an http(s) URL of slurmrestd, not %r" % url)
-        if parsed.scheme == "http" and parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
-            raise FieldError("rest_url", "plain http only to loopback; use https (the token is a secret)")
+        # Slinky's RestApi Service serves plain http on 6820 inside the cluster: allowed when asked for.
+        if parsed.scheme == "http" and parsed.hostname not in ("127.0.0.1", "localhost", "::1") and not allow_http:
+            raise FieldError("rest_url", "plain http only to loopback: use https, or set rest_allow_http where the "
+                                         "network between here and slurmrestd is trusted (the token crosses it in clear)")
         if timeout is not None:
             check_number(timeout, "timeout", above=0)
         self.url = url.rstrip("/")
         self.tokens = tokens
-        self.http = http or urllib_http()
+        self.http = http or stdlib_http()
         self.timeout = timeout
         self.check_mode = check_mode
         self.known_parsers = tuple(known_parsers)
+        # slurm.conf's RequeueExit, which slurmrestd does not show: given by the caller.
+        self.requeue_exit = None if requeue_exit is None else _exit_codes(requeue_exit)
         self._parser: Optional[str] = None
         self._version: Optional[SlurmVersion] = None
 
@@ -224,7 +240,7 @@ class SlurmRestClient:
             status, text = self.http(method, url, data, headers, self.timeout)
         except TimeoutError:
             raise SlurmTimeoutError(argv, self.timeout, stderr="slurmrestd did not answer") from None
-        except (OSError, ValueError) as exc:  # refused, unreachable, TLS (ssl.SSLError is an OSError)
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, unreachable, TLS, not HTTP
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, TimeoutError):
                 raise SlurmTimeoutError(argv, self.timeout, stderr="slurmrestd did not answer") from None
@@ -312,9 +328,12 @@ class SlurmRestClient:
         return filter_jobs(jobs, nodes=nodes, states=states)
 
     def requeue_exit_codes(self) -> List[int]:
-        raise SlurmRestError(["GET", self.url], None, message=(
-            "slurmrestd does not show slurm.conf's RequeueExit; give the codes to the caller (slurm_jobs "
-            "requeue_exit) when slurm_api is rest"))
+        """slurm.conf's RequeueExit codes, as given (rest_requeue_exit): slurmrestd does not show them."""
+        if self.requeue_exit is None:
+            raise SlurmRestError(["GET", self.url], None, message=(
+                "a job ended FAILED on the signal and slurmrestd does not show slurm.conf's RequeueExit: give "
+                "its codes as rest_requeue_exit ([] when it has none) so the job is requeued once, not twice"))
+        return list(self.requeue_exit)
 
     def set_node_state(self, node: str, state: str, reason: Optional[str] = None) -> CommandResult:
         """``POST .../node/<node>`` with ``{"state": [STATE], "reason": ...}``."""
@@ -354,6 +373,13 @@ class SlurmRestClient:
         results = [self._mutate(method, tail % urllib.parse.quote(job_id, safe="")) for job_id in ids]
         argv = [word for result in results for word in result.argv]
         return CommandResult(argv=argv, rc=None if self.check_mode else 0, ran=not self.check_mode)
+
+
+def _exit_codes(codes: Sequence[Any]) -> List[int]:
+    for index, code in enumerate(codes):
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 < code < 256:
+            raise FieldError("rest_requeue_exit[%d]" % index, "must be an exit code in 1-255, not %r" % (code,))
+    return list(codes)
 
 
 def _status_error(entry: Mapping[str, Any]) -> Optional[Dict[str, Any]]:

@@ -31,6 +31,14 @@ def test_defaults_are_the_safe_ones():
     ({"node": "n", "kubernetes": {"enabled": "yes"}}, "kubernetes.enabled"),
     ({"node": "n", "kubernetes": {"heartbeat": 0.5}}, "kubernetes.heartbeat"),
     ({"node": "n", "fast_fence": {"enabled": 1}}, "fast_fence.enabled"),
+    ({"node": "n", "fast_fence": {"slurm_api": "grpc"}}, "fast_fence.slurm_api"),
+    ({"node": "n", "fast_fence": {"slurm_api": "rest"}}, "fast_fence.rest_url"),
+    ({"node": "n", "fast_fence": {"slurm_api": "rest", "rest_url": "http://slurm:6820", "rest_token_file": "/t"}},
+     "fast_fence.rest_url"),
+    ({"node": "n", "fast_fence": {"slurm_api": "rest", "rest_url": "https://slurm:6820"}},
+     "fast_fence.rest_jwt_key_file"),
+    ({"node": "n", "fast_fence": {"rest_url": "https://slurm:6820"}}, "fast_fence.rest_url"),
+    ({"node": "n", "fast_fence": {"rest_allow_http": True}}, "fast_fence.rest_allow_http"),
     ({"node": "n", "driver_version": "latest"}, "driver_version"),
     ({"node": "n", "log_level": "loud"}, "log_level"),
     ({"node": "n", "nvml": {"path": "/x"}}, "nvml.path"),
@@ -74,6 +82,15 @@ def test_a_full_file_loads(tmp_path):
     assert config.kernel_log_path == "/var/log/k.log"
     assert config.kubernetes.events is False and config.fast_fence.slurm_conf == "/etc/slurm/slurm.conf"
     assert config.thresholds == {"temperature_max_c": 80}
+
+
+def test_a_rest_fence_gives_the_transport_its_options():
+    config = parse_config({"node": "gpu-a-001", "fast_fence": {
+        "enabled": True, "slurm_api": "rest", "rest_url": "https://slurm-restapi.slurm:6820", "rest_user": "gpufleet",
+        "rest_token_file": "/run/secrets/slurm-token/token"}})
+    assert config.fast_fence.slurm_params() == {
+        "slurm_api": "rest", "rest_url": "https://slurm-restapi.slurm:6820", "rest_user": "gpufleet",
+        "rest_token_file": "/run/secrets/slurm-token/token", "rest_validate_certs": True, "rest_allow_http": False}
 
 
 def test_a_kubeconfig_the_agent_cannot_use_is_refused_at_load(tmp_path):

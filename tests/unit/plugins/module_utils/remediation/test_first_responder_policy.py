@@ -24,6 +24,9 @@ START = {"namespace": "gpufleet-system", "kubeconfig": "/lab/kube/remediation.ku
          "breaker": {"max_percent": 25}, "fence": {"slurm_conf": "/lab/slurm/slurm.conf", "bin_dir": "",
                                                    "taint_key": "gpufleet.io/gpu-unhealthy"}}
 
+REST_FENCE = {"slurm_api": "rest", "rest_url": "http://127.0.0.1:6820", "rest_jwt_key_file": "/k",
+              "taint_key": "gpufleet.io/gpu-unhealthy"}
+
 
 def event(node="gpu-a-001", verdict="fatal"):
     return {"gpufleet_condition": {"node": node, "type": "GpuHealthy", "status": "False", "reason": "Xid79",
@@ -49,6 +52,11 @@ def settle(responder, count, timeout=5.0):
     ({"start": START, "extra": 1}, "extra"),
     ({"start": dict(START, breaker={"max_percent": "x"})}, "remediation_breaker.max_percent"),
     ({"start": dict(START, lease=-1)}, "lease"),
+    ({"start": dict(START, fence=dict(START["fence"], slurm_api="rest"))}, "start.fence.slurm_conf"),
+    ({"start": dict(START, fence=dict(REST_FENCE, rest_url=None))}, "start.fence.rest_url"),
+    ({"start": dict(START, fence=dict(REST_FENCE, rest_url="http://10.0.0.1:6820"))}, "start.fence.rest_url"),
+    ({"start": dict(START, fence=dict(REST_FENCE, rest_jwt_key_file="/nonexistent/key"))},
+     "start.fence.rest_jwt_key_file"),
 ])
 def test_bad_settings_name_the_field(raw, field):
     with pytest.raises(FieldError) as caught:

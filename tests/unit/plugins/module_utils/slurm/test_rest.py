@@ -159,6 +159,11 @@ def test_bad_input_is_refused_before_anything_is_sent(tmp_path):
     for url in ("ftp://127.0.0.1:6820", "http://slurm.example.com:6820", ""):
         with pytest.raises(FieldError, match="rest_url"):
             SlurmRestClient(url, rest.tokens)
+    # Slinky's RestApi Service serves plain http inside the cluster: only when asked for.
+    inside = SlurmRestClient("http://slurm-restapi.slurm.svc.cluster.local:6820", rest.tokens, allow_http=True)
+    assert inside.url == "http://slurm-restapi.slurm.svc.cluster.local:6820"
+    with pytest.raises(FieldError, match="ftp"):
+        SlurmRestClient("ftp://127.0.0.1:6820", rest.tokens, allow_http=True)
 
 
 def test_check_mode_sends_no_write(tmp_path):
@@ -214,6 +219,8 @@ def test_an_unreachable_server_is_a_typed_error(tmp_path):
     ({"slurm_api": "cli", "rest_jwt_key_file": "/key"}, "rest_jwt_key_file"),
     ({"slurm_api": "rest", "rest_url": "http://127.0.0.1:6820"}, "rest_jwt_key_file"),
     ({"slurm_api": "grpc"}, "slurm_api"),
+    ({"slurm_api": "cli", "rest_requeue_exit": [75]}, "rest_requeue_exit"),
+    ({"slurm_api": "cli", "rest_allow_http": True}, "rest_allow_http"),
 ])
 def test_the_connection_options_name_the_one_that_is_wrong(params, field):
     with pytest.raises(FieldError) as bad:
@@ -232,3 +239,15 @@ def test_the_connection_options_make_the_client_they_ask_for(tmp_path):
                          "rest_jwt_key_file": str(key), "timeout": 9}, run=lambda *_: (0, "", ""))
     assert isinstance(rest, SlurmRestClient) and rest.url == "https://slurm:6820"
     assert (rest.tokens.user, rest.timeout, rest.check_mode) == ("gpufleet", 9, False)
+
+
+def test_requeue_exit_codes_are_the_ones_given_since_slurmrestd_does_not_show_them(tmp_path):
+    unknown, _ = client(tmp_path, {})
+    with pytest.raises(SlurmRestError, match="give its codes as rest_requeue_exit"):
+        unknown.requeue_exit_codes()
+    given, server = client(tmp_path, {}, requeue_exit=[75, 80])
+    assert given.requeue_exit_codes() == [75, 80] and server.calls == []
+    assert client(tmp_path, {}, requeue_exit=[])[0].requeue_exit_codes() == []
+    with pytest.raises(FieldError) as bad:
+        client(tmp_path, {}, requeue_exit=[75, 256])
+    assert bad.value.field == "rest_requeue_exit[1]"
