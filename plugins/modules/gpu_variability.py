@@ -31,6 +31,7 @@ author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.kube
+  - gpufleet.resilience.slurm_api
 options:
   state:
     description:
@@ -96,16 +97,6 @@ options:
     description: Publish to Kubernetes.
     type: bool
     default: true
-  slurm_conf:
-    description: Path of C(slurm.conf), passed to the commands as E(SLURM_CONF).
-    type: path
-  bin_dir:
-    description: Directory holding C(scontrol), C(sinfo) and C(squeue). Omit to search E(PATH).
-    type: path
-  timeout:
-    description: Seconds each Slurm command may run.
-    type: float
-    default: 30
 attributes:
   check_mode:
     support: full
@@ -193,8 +184,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     kube_timeouts,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner, module_run_function
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import SLURM_API_ARGS, slurm_client
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 from ansible_collections.gpufleet.resilience.plugins.module_utils.variability import api
 from ansible_collections.gpufleet.resilience.plugins.module_utils.variability.publish import Publisher
 
@@ -216,9 +207,7 @@ def argspec():
         dry_run=dict(type="bool", default=False),
         publish_slurm=dict(type="bool", default=True),
         publish_kube=dict(type="bool", default=True),
-        slurm_conf=dict(type="path"),
-        bin_dir=dict(type="path"),
-        timeout=dict(type="float", default=30),
+        **SLURM_API_ARGS,
         **connection_argspec(),
     )
 
@@ -231,8 +220,7 @@ def main():
         timeouts = kube_timeouts(p)
         slurm = None
         if p["publish_slurm"]:
-            slurm = SlurmClient(SlurmRunner(run=module_run_function(module), slurm_conf=p["slurm_conf"],
-                                            bin_dir=p["bin_dir"], timeout=p["timeout"], check_mode=module.check_mode))
+            slurm = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
         kube = NodeWriter(core_v1(timeout=timeouts, connection=Connection.of(p))) if p["publish_kube"] else None
         publisher = Publisher(p["state_dir"], slurm, kube, check_mode=module.check_mode)
         if p["state"] == "absent":

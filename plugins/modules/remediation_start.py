@@ -140,7 +140,7 @@ options:
         type: bool
         default: true
       rest_allow_http:
-        description: V(rest) - allow plain V(http) beyond loopback (Slinky's RestApi Service); the token crosses in clear.
+        description: V(rest) - allow plain V(http) beyond loopback (Slinky's RestApi Service); the token goes in clear.
         type: bool
         default: false
       rest_requeue_exit:

@@ -19,7 +19,7 @@ check mode they run nothing and return the argv they would have run.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import MAX_NODE_NAME, check_name, check_text
@@ -143,21 +143,10 @@ class SlurmClient:
         available, else "Active features not subset of available features"), and an empty list
         clears them. ``scontrol reconfigure`` and a slurmctld restart put slurm.conf's values back.
         """
-        check_node(node)
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight < 2**32 - 1:
-            raise FieldError("weight", "must be an integer in 0..%d, not %r" % (2**32 - 2, weight))
-        lists = {}
-        for name, values in (("features", features), ("active_features", active_features)):
-            words = [str(value) for value in values]
-            bad = [word for word in words if not _FEATURE.fullmatch(word)]
-            if bad:
-                raise FieldError(name, "must be feature names (letters, digits, '_', '.', '-'), not %s" % bad)
-            lists[name] = ",".join(words)
-        if not set(active_features) <= set(features):
-            raise FieldError("active_features", "must be a subset of features")
+        weight, available, active = check_placement(node, weight, features, active_features)
         return self.runner.run("scontrol", "action node_name weight available_features active_features",
                                mutating=True, nodes=[node], action=["update"], node_name=node, weight=weight,
-                               available_features=lists["features"], active_features=lists["active_features"])
+                               available_features=",".join(available), active_features=",".join(active))
 
     def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
         """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled."""
@@ -217,6 +206,25 @@ def check_node(node: Any, field: str = "node") -> str:
     """``node`` if it is one node name (never a host list or an option); else FieldError(field)."""
     return check_name(node, field, _NODE_NAME, "one node name (letters, digits, '.', '_', '-'; at most %d, "
                       "starting with a letter or digit)" % MAX_NODE_NAME)
+
+
+def check_placement(node: str, weight: Any, features: Sequence[Any],
+                    active_features: Sequence[Any]) -> Tuple[int, List[str], List[str]]:
+    """A node's scheduling weight and feature lists, checked for either transport: (weight,
+    features, active features); active must be a subset of available (22.05 refuses otherwise)."""
+    check_node(node)
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight < 2**32 - 1:
+        raise FieldError("weight", "must be an integer in 0..%d, not %r" % (2**32 - 2, weight))
+    lists = {}
+    for name, values in (("features", features), ("active_features", active_features)):
+        words = [str(value) for value in values]
+        bad = [word for word in words if not _FEATURE.fullmatch(word)]
+        if bad:
+            raise FieldError(name, "must be feature names (letters, digits, '_', '.', '-'), not %s" % bad)
+        lists[name] = words
+    if not set(lists["active_features"]) <= set(lists["features"]):
+        raise FieldError("active_features", "must be a subset of features")
+    return weight, lists["features"], lists["active_features"]
 
 
 def check_node_state(state: Any, reason: Optional[str]) -> str:

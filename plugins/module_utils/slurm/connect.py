@@ -41,7 +41,8 @@ def slurm_api_args(timeout: float = 30) -> Dict[str, Dict[str, Any]]:
     return dict(SLURM_API_ARGS, timeout=dict(type="float", default=timeout))
 
 
-_REST_ONLY = ("rest_url", "rest_jwt_key_file", "rest_token_file", "rest_ca_file", "rest_requeue_exit", "rest_allow_http")
+_REST_ONLY = ("rest_url", "rest_jwt_key_file", "rest_token_file", "rest_ca_file", "rest_requeue_exit",
+              "rest_allow_http")
 _CLI_ONLY = ("slurm_conf", "bin_dir")
 
 

@@ -41,6 +41,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
     check_job_ids,
     check_node,
     check_node_state,
+    check_placement,
     check_signal,
     select_nodes,
     unless_gone,
@@ -211,7 +212,7 @@ class SlurmRestClient:
         # Slinky's RestApi Service serves plain http on 6820 inside the cluster: allowed when asked for.
         if parsed.scheme == "http" and parsed.hostname not in ("127.0.0.1", "localhost", "::1") and not allow_http:
             raise FieldError("rest_url", "plain http only to loopback: use https, or set rest_allow_http where the "
-                                         "network between here and slurmrestd is trusted (the token crosses it in clear)")
+                                         "network to slurmrestd is trusted (the token crosses it in clear)")
         if timeout is not None:
             check_number(timeout, "timeout", above=0)
         self.url = url.rstrip("/")
@@ -342,6 +343,16 @@ class SlurmRestClient:
         body: Dict[str, Any] = {"state": [state]}
         if reason is not None:
             body["reason"] = reason
+        return self._mutate("POST", "node/%s" % urllib.parse.quote(node, safe=""), body, nodes=[node])
+
+    def set_node_placement(self, node: str, weight: int, features: Sequence[str],
+                           active_features: Sequence[str]) -> CommandResult:
+        """``POST .../node/<node>`` with the weight and both feature lists; an empty list clears them."""
+        weight, available, active = check_placement(node, weight, features, active_features)
+        # slurmrestd reads an empty array as "leave as it is" (measured, 26.05): [""] clears, as
+        # scontrol's empty value does.
+        body = {"weight": {"set": True, "infinite": False, "number": weight}, "features": available or [""],
+                "features_act": active or [""]}
         return self._mutate("POST", "node/%s" % urllib.parse.quote(node, safe=""), body, nodes=[node])
 
     def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:

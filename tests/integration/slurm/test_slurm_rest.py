@@ -147,6 +147,32 @@ def test_each_write_has_the_cli_effect(slurm_lab, cli, rest, names):
             cli.set_node_state(node, "RESUME")
 
 
+def test_a_placement_write_has_the_cli_effect(cli, rest, names):
+    """The variability publisher's write: weight and both feature lists, set and cleared through
+    slurmrestd read back as the CLI's write of the same values reads."""
+    node = names[1]
+    before = cli.nodes(names=[node], with_jobs=False)[node]
+
+    def placement():
+        seen = cli.nodes(names=[node], with_jobs=False)[node]
+        return seen.weight, seen.features, seen.active_features
+
+    try:
+        written = rest.set_node_placement(node, 1100, ["var_high", "gpufleet_test"], ["var_high"])
+        assert written.ran and written.argv[:2] == ["POST", rest.url + "/slurm/v0.0.45/node/" + node]
+        through_rest = placement()
+        cli.set_node_placement(node, 1, [], [])
+        cli.set_node_placement(node, 1100, ["var_high", "gpufleet_test"], ["var_high"])
+        assert through_rest == placement() == (1100, ("var_high", "gpufleet_test"), ("var_high",))
+        # Empty lists clear both, as scontrol's empty values do.
+        rest.set_node_placement(node, 7, [], [])
+        assert placement() == (7, (), ())
+        assert rest.nodes(names=[node], with_jobs=False) == cli.nodes(names=[node], with_jobs=False)
+    finally:
+        cli.set_node_placement(node, before.weight or 1, list(before.features), list(before.active_features))
+    assert placement() == (before.weight or 1, before.features, before.active_features)
+
+
 def test_check_mode_sends_nothing(url, key_file, cli, names):
     node = names[-1]
     before = cli.nodes(names=[node], future=True)[node]

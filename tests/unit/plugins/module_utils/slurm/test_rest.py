@@ -138,13 +138,20 @@ def test_writes_send_what_scontrol_and_scancel_would_do(tmp_path):
     rest.signal_jobs(["13_2"], "usr1", full=False)
     rest.requeue(["12", "13"])
     rest.cancel(["12"])
+    rest.set_node_placement("gpu-a-001", 1100, ["var_high", "h100"], ["var_high"])
+    rest.set_node_placement("gpu-a-001", 1, [], [])
     sent = [(method, path, body) for method, path, body, _headers in server.calls[1:]]
     assert sent == [
         ("POST", "/slurm/v0.0.45/node/gpu-a-001", {"state": ["DRAIN"], "reason": "gpufleet: Xid79 | $HOME"}),
         ("DELETE", "/slurm/v0.0.45/job/12?signal=TERM&flags=FULL_JOB", None),
         ("DELETE", "/slurm/v0.0.45/job/13_2?signal=USR1&flags=FULL_STEPS_ONLY", None),
         ("POST", "/slurm/v0.0.45/jobs/requeue", {"jobs": ["12", "13"]}),
-        ("DELETE", "/slurm/v0.0.45/job/12", None)]
+        ("DELETE", "/slurm/v0.0.45/job/12", None),
+        ("POST", "/slurm/v0.0.45/node/gpu-a-001", {"weight": {"set": True, "infinite": False, "number": 1100},
+                                                   "features": ["var_high", "h100"], "features_act": ["var_high"]}),
+        # An empty array is "leave as it is" to slurmrestd; [""] clears, as scontrol's empty value.
+        ("POST", "/slurm/v0.0.45/node/gpu-a-001", {"weight": {"set": True, "infinite": False, "number": 1},
+                                                   "features": [""], "features_act": [""]})]
 
 
 def test_bad_input_is_refused_before_anything_is_sent(tmp_path):
