@@ -10,7 +10,7 @@ client per fence, as the agent makes it; the RESUME after it untimed). The calls
 CLI, ... so both see the same machine load.
 
 It brings up its own Slurm-only lab (the slurm role with slurm_lab_version 26.05; directory
-/var/tmp/gpufleet-bench-slurm, ports 37817, 37820 and 38001-) and takes it down at the end.
+/var/tmp/gpufleet-bench-slurm, ports 27817, 27820 and 28001-) and takes it down at the end.
 Run: .venv/bin/python bench/slurm_transport.py [--sizes 8 64] [--rounds 15]
 """
 
@@ -40,7 +40,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 
 LAB_DIR = Path("/var/tmp/gpufleet-bench-slurm")
 BOOKS = REPO / "tests" / "integration" / "slurm" / "files"
-PORTS = {"slurm_slurmctld_port": 37817, "slurm_slurmrestd_port": 37820, "slurm_slurmd_port_base": 38001}
+# Below the ephemeral range (32768-60999): a slurmd port there can be held by an outgoing connection.
+PORTS = {"slurm_slurmctld_port": 27817, "slurm_slurmrestd_port": 27820, "slurm_slurmd_port_base": 28001}
 
 
 def lab_of(nodes: int) -> Lab:
@@ -82,8 +83,8 @@ def bench(nodes: int, rounds: int) -> None:
     if LAB_DIR.exists():
         play(lab, "slurm-lab-down.yml")
         shutil.rmtree(LAB_DIR)
-    play(lab, "slurm-lab-up.yml")
     try:
+        play(lab, "slurm-lab-up.yml")  # inside the try: a bring-up that fails halfway is taken down too
         cli = SlurmClient(SlurmRunner(slurm_conf=str(lab.slurm_conf), bin_dir=str(LAB_DIR / "bin")))
         rest = SlurmRestClient("http://127.0.0.1:%d" % PORTS["slurm_slurmrestd_port"],
                                TokenSource("root", jwt_key_file=str(LAB_DIR / "slurm" / "jwt" / "jwt_hs256.key")))

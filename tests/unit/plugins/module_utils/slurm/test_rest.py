@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from typing import Dict, List, Optional, Tuple
 
 import pytest
@@ -94,6 +95,12 @@ class Server:
     def __call__(self, method, url, body, headers, timeout):
         path = url.split("127.0.0.1:6820", 1)[1]
         self.calls.append((method, path, json.loads(body) if body else None, headers))
+        # A version's ping is served where the OpenAPI document lists that version, as slurmrestd does.
+        served = {m.group(1) for m in map(re.compile(r"^/slurm/(v[0-9.]+)/").match,
+                                          self.answers.get(("GET", "/openapi/v3"), (0, {}))[1].get("paths", {})) if m}
+        ping = re.fullmatch(r"/slurm/(v[0-9.]+)/ping/", path)
+        if method == "GET" and ping and ping.group(1) in served and (method, path) not in self.answers:
+            return 200, json.dumps({"pings": [], "meta": {"slurm": {"release": "26.05.5"}}, "errors": []})
         status, document = self.answers.get((method, path), (404, {"errors": [{"error": "no such path"}]}))
         return status, document if isinstance(document, str) else json.dumps(document)
 
@@ -112,7 +119,8 @@ def test_the_newest_known_parser_is_used_and_every_call_carries_the_token(tmp_pa
                                      ("GET", "/slurm/v0.0.45/jobs/"): (200, {"jobs": []})})
     assert rest.parser() == "v0.0.45"
     assert list(rest.nodes()) == [node["name"] for node in nodes["nodes"]]
-    assert [call[1] for call in server.calls] == ["/openapi/v3", "/slurm/v0.0.45/nodes/?flags=MIXED",
+    # The newest known version's ping answers: the 270 kB OpenAPI document is not read.
+    assert [call[1] for call in server.calls] == ["/slurm/v0.0.45/ping/", "/slurm/v0.0.45/nodes/?flags=MIXED",
                                                   "/slurm/v0.0.45/jobs/"]
     for _method, _path, _body, headers in server.calls:
         assert headers["X-SLURM-USER-NAME"] == "root" and _claims(headers["X-SLURM-USER-TOKEN"])["sun"] == "root"
@@ -122,7 +130,10 @@ def test_a_server_with_only_unknown_parsers_is_refused_naming_both(tmp_path):
     rest, server = client(tmp_path, {("GET", "/openapi/v3"): (200, {"paths": {"/slurm/v0.0.46/nodes/": {}}})})
     with pytest.raises(SlurmRestVersionError, match=r"offers data parsers v0\.0\.46; this client knows v0\.0\.42"):
         rest.set_node_state("gpu-a-001", "DRAIN", "gpufleet: test")
-    assert [call[0] for call in server.calls] == ["GET"]  # nothing was sent to change
+    # Each known version's ping, newest first, then the document that names what is served; nothing changed.
+    assert [call[:2] for call in server.calls] == [("GET", "/slurm/v0.0.45/ping/"), ("GET", "/slurm/v0.0.44/ping/"),
+                                                   ("GET", "/slurm/v0.0.43/ping/"), ("GET", "/slurm/v0.0.42/ping/"),
+                                                   ("GET", "/openapi/v3")]
 
 
 def test_writes_send_what_scontrol_and_scancel_would_do(tmp_path):
