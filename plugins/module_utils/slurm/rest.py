@@ -338,8 +338,21 @@ class SlurmRestClient:
         """Name -> SlurmNode, in Slurm's order; ``names`` must all exist (SlurmUnknownNodeError)."""
         # MIXED as scontrol asks it (a node with some CPUs allocated reads MIXED, not ALLOCATED); any
         # explicit flag drops slurmrestd's default MIXED, so it is always given.
-        path = self._path("nodes/") + ("?flags=MIXED&flags=FUTURE" if future else "?flags=MIXED")
-        found = parse_nodes_json(json.dumps(self._call("GET", path)))
+        flags = "?flags=MIXED&flags=FUTURE" if future else "?flags=MIXED"
+        if names is not None and len(names) == 1:
+            # One node (a fence, a remediation's check): its own record, not every node's.
+            path = self._path("node/%s" % urllib.parse.quote(check_node(names[0], "names[0]"), safe="")) + flags
+            try:
+                document = self._call("GET", path, nodes=list(names))
+            except SlurmUnknownNodeError as exc:
+                # "Failure to query node X": unknown, or FUTURE without the flag, as the list says.
+                raise SlurmUnknownNodeError(exc.argv, exc.nodes, rc=exc.rc, stderr=exc.stderr,
+                                            hint="" if future else " (FUTURE nodes are listed only with future)") \
+                    from None
+        else:
+            path = self._path("nodes/") + flags
+            document = self._call("GET", path)
+        found = parse_nodes_json(json.dumps(document))
         found = select_nodes(found, names, future, ["GET", self.url + path], 200)
         return with_their_jobs(found, self.jobs()) if with_jobs else found
 

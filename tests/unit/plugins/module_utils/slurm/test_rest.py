@@ -260,7 +260,7 @@ def test_the_connection_options_make_the_client_they_ask_for(tmp_path):
 
 
 def test_requeue_exit_codes_are_the_ones_given_since_slurmrestd_does_not_show_them(tmp_path):
-    unknown, _ = client(tmp_path, {})
+    unknown, _server = client(tmp_path, {})
     with pytest.raises(SlurmRestError, match="give its codes as rest_requeue_exit"):
         unknown.requeue_exit_codes()
     given, server = client(tmp_path, {}, requeue_exit=[75, 80])
@@ -269,3 +269,18 @@ def test_requeue_exit_codes_are_the_ones_given_since_slurmrestd_does_not_show_th
     with pytest.raises(FieldError) as bad:
         client(tmp_path, {}, requeue_exit=[75, 256])
     assert bad.value.field == "rest_requeue_exit[1]"
+
+
+def test_one_node_is_read_by_its_own_path_and_an_unknown_one_named(tmp_path, captures):
+    nodes = json.loads(captures.text("26.05/rest/nodes.json"))
+    first = nodes["nodes"][0]["name"]
+    one = dict(nodes, nodes=nodes["nodes"][:1])
+    unknown = json.loads(captures.text("26.05/rest/node_unknown.json"))  # HTTP 200, "Failure to query node nosuch"
+    rest, server = client(tmp_path, {("GET", "/slurm/v0.0.45/node/%s?flags=MIXED" % first): (200, one),
+                                     ("GET", "/slurm/v0.0.45/node/nosuch?flags=MIXED"): (200, unknown)})
+    assert list(rest.nodes([first], with_jobs=False)) == [first]
+    paths = [path for _method, path, _body, _headers in server.calls[1:]]
+    assert paths == ["/slurm/v0.0.45/node/%s?flags=MIXED" % first]
+    with pytest.raises(SlurmUnknownNodeError, match=r"nosuch \(FUTURE nodes are listed only with future\)") as missing:
+        rest.nodes(["nosuch"], with_jobs=False)
+    assert missing.value.nodes == ["nosuch"]
