@@ -356,6 +356,10 @@ def test_daemonset_pod_spec(host):
     volumes = {volume["name"]: volume for volume in spec["volumes"]}
     assert volumes["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     assert volumes["nvidia-driver"]["hostPath"]["path"] == "/usr/lib/x86_64-linux-gnu"
+    # The fast fence's slurmrestd token: a Secret only the agent reads, mounted read-only.
+    assert volumes["slurm-token"]["secret"] == {"secretName": "gpufleet-slurm-token", "defaultMode": 0o400}
+    mounts = {mount["name"]: mount for mount in agent["volumeMounts"]}
+    assert mounts["slurm-token"] == {"name": "slurm-token", "mountPath": "/run/secrets/gpufleet-slurm", "readOnly": True}
 
 
 def test_daemonset_config_is_valid_for_a_node(host, tmp_path):
@@ -375,6 +379,9 @@ def test_daemonset_config_is_valid_for_a_node(host, tmp_path):
     assert effective["metrics"] == {"address": "0.0.0.0", "port": 9402}
     assert effective["kubernetes"]["kubeconfig"] is None
     assert effective["nvml_library_path"] == "/run/nvidia-driver/libnvidia-ml.so.1"
+    fence = effective["fast_fence"]
+    assert (fence["enabled"], fence["slurm_api"], fence["rest_token_file"], fence["slurm_conf"]) == (
+        True, "rest", "/run/secrets/gpufleet-slurm/token", None)
 
 
 # ---- check mode and bad input (ansible-playbook with the scenario's inventory) ----------------
