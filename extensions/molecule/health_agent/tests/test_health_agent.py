@@ -359,7 +359,8 @@ def test_daemonset_pod_spec(host):
     # The fast fence's slurmrestd token: a Secret only the agent reads, mounted read-only.
     assert volumes["slurm-token"]["secret"] == {"secretName": "gpufleet-slurm-token", "defaultMode": 0o400}
     mounts = {mount["name"]: mount for mount in agent["volumeMounts"]}
-    assert mounts["slurm-token"] == {"name": "slurm-token", "mountPath": "/run/secrets/gpufleet-slurm", "readOnly": True}
+    assert mounts["slurm-token"] == {"name": "slurm-token", "mountPath": "/run/secrets/gpufleet-slurm",
+                                     "readOnly": True}
 
 
 def test_daemonset_config_is_valid_for_a_node(host, tmp_path):
