@@ -3,12 +3,10 @@ Slurm 26.05 (``slurm_lab``, tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from slurm_clusters import VERSIONS, SlurmCluster
 
-HERE = Path(__file__).resolve().parent
+
 @pytest.fixture(scope="module", params=VERSIONS)
 def cluster(request, lab) -> SlurmCluster:
     """The cluster of each version in turn (the tests of one version run together)."""
