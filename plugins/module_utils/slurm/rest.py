@@ -36,7 +36,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
+from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_number
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
     check_job_ids,
     check_node,
@@ -306,6 +306,10 @@ class SlurmRestClient:
     def _path(self, tail: str) -> str:
         return "/slurm/%s/%s" % (self.parser(), tail)
 
+    @staticmethod
+    def _node(node: str) -> str:
+        return "node/%s" % urllib.parse.quote(node, safe="")
+
     def _mutate(self, method: str, tail: str, body: Optional[Mapping[str, Any]] = None,
                 nodes: Sequence[str] = ()) -> CommandResult:
         path = self._path(tail)
@@ -341,7 +345,7 @@ class SlurmRestClient:
         flags = "?flags=MIXED&flags=FUTURE" if future else "?flags=MIXED"
         if names is not None and len(names) == 1:
             # One node (a fence, a remediation's check): its own record, not every node's.
-            path = self._path("node/%s" % urllib.parse.quote(check_node(names[0], "names[0]"), safe="")) + flags
+            path = self._path(self._node(check_node(names[0], "names[0]"))) + flags
             try:
                 document = self._call("GET", path, nodes=list(names))
             except SlurmUnknownNodeError as exc:
@@ -376,7 +380,7 @@ class SlurmRestClient:
         body: Dict[str, Any] = {"state": [state]}
         if reason is not None:
             body["reason"] = reason
-        return self._mutate("POST", "node/%s" % urllib.parse.quote(node, safe=""), body, nodes=[node])
+        return self._mutate("POST", self._node(node), body, nodes=[node])
 
     def set_node_placement(self, node: str, weight: int, features: Sequence[str],
                            active_features: Sequence[str]) -> CommandResult:
@@ -386,7 +390,7 @@ class SlurmRestClient:
         # scontrol's empty value does.
         body = {"weight": {"set": True, "infinite": False, "number": weight}, "features": available or [""],
                 "features_act": active or [""]}
-        return self._mutate("POST", "node/%s" % urllib.parse.quote(node, safe=""), body, nodes=[node])
+        return self._mutate("POST", self._node(node), body, nodes=[node])
 
     def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
         """``DELETE .../job/<id>?signal=TERM&flags=FULL_JOB`` per job (FULL_JOB: the batch shell too,
@@ -420,10 +424,7 @@ class SlurmRestClient:
 
 
 def _exit_codes(codes: Sequence[Any]) -> List[int]:
-    for index, code in enumerate(codes):
-        if isinstance(code, bool) or not isinstance(code, int) or not 0 < code < 256:
-            raise FieldError("rest_requeue_exit[%d]" % index, "must be an exit code in 1-255, not %r" % (code,))
-    return list(codes)
+    return [check_int(code, "rest_requeue_exit[%d]" % index, 1, 255) for index, code in enumerate(codes)]
 
 
 def _status_error(entry: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
