@@ -4,10 +4,9 @@
 
 from __future__ import annotations
 
-
-class ModuleDocFragment:
-    DOCUMENTATION = r"""
-options:
+# slurm_api and the rest_* options: the REST fragment alone is for modules that name the CLI's
+# options their own way (the chaos modules' slurm_conf and slurm_bin_dir).
+_REST = r"""
   slurm_api:
     description:
       - How to reach Slurm. V(cli) runs C(scontrol), C(sinfo), C(squeue) and C(scancel) on the host
@@ -16,20 +15,6 @@ options:
     type: str
     choices: [cli, rest]
     default: cli
-  slurm_conf:
-    description:
-      - V(cli) - path of C(slurm.conf), passed to the commands as E(SLURM_CONF). Omit for Slurm's
-        default (or E(SLURM_CONF) of the environment).
-    type: path
-  bin_dir:
-    description:
-      - V(cli) - directory holding the Slurm commands. Omit to search E(PATH).
-    type: path
-  timeout:
-    description:
-      - Seconds each Slurm command or slurmrestd call may take before the module fails.
-    type: float
-    default: 30
   rest_url:
     description:
       - V(rest) - URL of slurmrestd, for example V(https://slurm-restapi.slurm.svc:6820). Plain V(http) only
@@ -82,3 +67,26 @@ options:
     type: list
     elements: int
 """
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  slurm_conf:
+    description:
+      - V(cli) - path of C(slurm.conf), passed to the commands as E(SLURM_CONF). Omit for Slurm's
+        default (or E(SLURM_CONF) of the environment).
+    type: path
+  bin_dir:
+    description:
+      - V(cli) - directory holding the Slurm commands. Omit to search E(PATH).
+    type: path
+  timeout:
+    description:
+      - Seconds each Slurm command or slurmrestd call may take before the module fails.
+    type: float
+    default: 30
+""" + _REST
+
+    REST = r"""
+options:""" + _REST

@@ -27,6 +27,7 @@ author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.chaos
+  - gpufleet.resilience.slurm_api.rest
   - gpufleet.resilience.kube
 attributes:
   check_mode:

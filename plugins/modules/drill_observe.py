@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.attributes.read_only
   - gpufleet.resilience.chaos
+  - gpufleet.resilience.slurm_api.rest
   - gpufleet.resilience.kube
 options:
   drill:

@@ -29,6 +29,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     numa,
     observe,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
+    drill_slurm,
+    has_slurm,
+    slurm_settings,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
@@ -46,8 +51,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     kube_timeouts,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_job_ids
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 
 FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint, "nccl_env": nccl_env,
             "network": network, "numa": numa}
@@ -73,10 +78,9 @@ def _kube(params: Mapping[str, Any]) -> Any:
     return core_v1(timeout=kube_timeouts(params), connection=connection)
 
 
-def _slurm(params: Mapping[str, Any]) -> Optional[SlurmClient]:
-    if not params.get("slurm_conf") and not params.get("slurm"):
-        return None
-    return SlurmClient(SlurmRunner(slurm_conf=params.get("slurm_conf"), bin_dir=params.get("slurm_bin_dir")))
+def _slurm(params: Mapping[str, Any]) -> Optional[AnySlurmClient]:
+    """The Slurm that steady state and the probes read; None when no Slurm is named."""
+    return drill_slurm(params) if has_slurm(params) else None
 
 
 def ledger_store(params: Mapping[str, Any], kube: Any = None) -> Any:
@@ -148,7 +152,7 @@ def revert_here(entry: Mapping[str, Any]) -> bool:
 
 
 def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
-    return {"lab_dir": params.get("lab_dir"), "slurm_conf": params.get("slurm_conf"), "check_mode": check_mode,
+    return {"lab_dir": params.get("lab_dir"), **slurm_settings(params), "check_mode": check_mode,
             "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
             "kube_timeout": kube_timeouts(params),
             "namespace": params.get("chaos_namespace") or "gpufleet-chaos"}

@@ -1,11 +1,12 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""The argument spec every chaos module shares (doc fragment gpufleet.resilience.chaos), and the
-one way they report an error: fail_json naming the bad field, nothing done."""
+"""The argument spec every chaos module shares (doc fragments gpufleet.resilience.chaos and
+gpufleet.resilience.slurm_api.rest), the one Slurm client the drills make from it, and the one way
+they report an error: fail_json naming the bad field, nothing done."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
@@ -16,6 +17,16 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     kube_timeouts,
     unreachable,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import (
+    SLURM_API_ARGS,
+    AnySlurmClient,
+    slurm_client,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import DEFAULT_TIMEOUT, RunFunction
+
+# How a drill reaches Slurm: slurm_api and the rest_* options of the slurm_api doc fragment. The CLI's
+# slurm_conf and bin_dir are the chaos fragment's slurm_conf and slurm_bin_dir.
+SLURM_OPTIONS = ("slurm_api", *(name for name in SLURM_API_ARGS if name.startswith("rest_")))
 
 
 def common_argspec(**extra: Any) -> Dict[str, Any]:
@@ -26,9 +37,37 @@ def common_argspec(**extra: Any) -> Dict[str, Any]:
         lab_dir=dict(type="path"),
         slurm_conf=dict(type="path"),
         slurm_bin_dir=dict(type="path"),
+        **{name: SLURM_API_ARGS[name] for name in SLURM_OPTIONS},
     )
     spec.update(extra)
     return spec
+
+
+def slurm_settings(params: Mapping[str, Any]) -> Dict[str, Any]:
+    """The Slurm options of a module's params, as a chaos context carries them."""
+    settings = {name: params.get(name) for name in (*SLURM_OPTIONS, "slurm_conf", "slurm_bin_dir")}
+    settings["slurm_api"] = settings["slurm_api"] or "cli"
+    return settings
+
+
+def drill_slurm(settings: Mapping[str, Any], check_mode: bool = False,
+                run: Optional[RunFunction] = None) -> AnySlurmClient:
+    """The Slurm client of ``settings`` (slurm_settings, or a module's params): the commands, or
+    slurmrestd with slurm_api rest. FieldError names a bad option."""
+    options = {name: settings.get(name) for name in SLURM_OPTIONS}
+    options.update(slurm_conf=settings.get("slurm_conf"), bin_dir=settings.get("slurm_bin_dir"),
+                   timeout=DEFAULT_TIMEOUT)
+    return slurm_client(options, run=run, check_mode=check_mode)
+
+
+def context_slurm(ctx: Mapping[str, Any]) -> AnySlurmClient:
+    """The Slurm client of a fault's context: its Slurm settings, check mode and run function."""
+    return drill_slurm(ctx, check_mode=bool(ctx.get("check_mode")), run=ctx.get("run"))
+
+
+def has_slurm(settings: Mapping[str, Any]) -> bool:
+    """Whether a Slurm was named (a slurm.conf, or slurmrestd): steady state and probes read it then."""
+    return bool(settings.get("slurm_conf") or settings.get("slurm_api") == "rest")
 
 
 def run_module(module: Any, call: Callable[[], Dict[str, Any]]) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
@@ -48,12 +49,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import DEFAULT_TAINT_KEY
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
-    SlurmClient,
-    check_job_ids,
-    check_node,
-)
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SLURM_COMMANDS, Fmt, SlurmRunner
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import SBATCH_OPTIONS, BatchJob
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_job_ids, check_node
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 FAMILY = "burn"
 EXPERIMENT = "gpu_burn"
@@ -87,25 +86,6 @@ SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_m
 
 _IMAGE = re.compile(r"[^\s]+")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# What scancel says about a job that has ended (still known to slurmctld, or already purged).
-
-# sbatch is not one of the Slurm client's commands; the burn declares its options here and runs
-# sbatch through the same runner (argv, LC_ALL=C, SLURM_CONF, timeout, typed errors, check mode).
-SBATCH_OPTIONS = ("parsable", "nodelist", "gres", "time", "job_name", "output", "wrap")
-COMMANDS: Dict[str, Dict[str, Any]] = dict(SLURM_COMMANDS)
-COMMANDS["sbatch"] = {
-    "parsable": Fmt.flag("--parsable"),
-    # The node name is checked (check_node) before it gets here, so it can never read as an option.
-    "nodelist": lambda value: [] if value is None else ["-w", str(value)],
-    "gres": Fmt.opt_eq("--gres"),
-    "time": Fmt.opt_eq("--time"),
-    "job_name": Fmt.opt_eq("--job-name"),
-    "output": Fmt.opt_eq("--output"),
-    # One argv word: sbatch wraps the string in a small sh script itself (man sbatch, --wrap).
-    "wrap": lambda value: [] if value is None else ["--wrap", str(value)],
-}
-
-
 @dataclass(frozen=True)
 class Burn:
     """A checked gpu_burn spec."""
@@ -264,17 +244,19 @@ def burn_command(burn: Burn) -> List[str]:
     return [*argv, "-m", "%d%%" % burn.memory_percent, str(burn.seconds)]
 
 
+def batch_job(burn: Burn, gpu_count: int, wrap: Optional[List[str]] = None,
+              output: Optional[str] = None) -> BatchJob:
+    """The burn job (``wrap``: another command, the lab's ``sleep`` of a neighbour job)."""
+    return BatchJob(name=burn.job_name, node=burn.node, command=tuple(wrap if wrap is not None else burn_command(burn)),
+                    minutes=burn.minutes, output=output or burn.output, gpus=gpu_count)
+
+
 def sbatch_argv(burn: Burn, gpu_count: Any, wrap: Optional[List[str]] = None, output: Optional[str] = None,
                 bin_dir: Optional[str] = None) -> List[str]:
-    """The sbatch command line of the burn job (``wrap``: another command, the lab's ``sleep``)."""
-    runner = SlurmRunner(bin_dir=bin_dir, commands=COMMANDS)
-    return runner.argv("sbatch", SBATCH_OPTIONS, **_sbatch_values(burn, gpu_count, wrap, output))
-
-
-def _sbatch_values(burn: Burn, gpu_count: Any, wrap: Optional[List[str]], output: Optional[str]) -> Dict[str, Any]:
-    return {"parsable": True, "nodelist": burn.node, "gres": "gpu:%s" % gpu_count, "time": str(burn.minutes),
-            "job_name": burn.job_name, "output": output or burn.output,
-            "wrap": shlex.join(wrap if wrap is not None else burn_command(burn))}
+    """The sbatch command line of the burn job, as the plan shows it (``gpu_count`` may be a placeholder);
+    through slurmrestd the same job goes to its job/submit."""
+    values = dict(batch_job(burn, 1, wrap, output).sbatch_values(), gres="gpu:%s" % gpu_count)
+    return SlurmRunner(bin_dir=bin_dir).argv("sbatch", SBATCH_OPTIONS, **values)
 
 
 def neighbour_wrap(burn: Burn) -> List[str]:
@@ -437,13 +419,7 @@ def _complete_undo(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str,
 
 
 # -- via slurm ------------------------------------------------------------------------------------
-def _slurm_client(ctx: Mapping[str, Any]) -> SlurmClient:
-    return SlurmClient(SlurmRunner(run=ctx.get("run"), slurm_conf=ctx.get("slurm_conf"),
-                                   bin_dir=ctx.get("slurm_bin_dir"), check_mode=bool(ctx.get("check_mode")),
-                                   commands=COMMANDS))
-
-
-def _slurm_gpu_count(client: SlurmClient, node: str) -> int:
+def _slurm_gpu_count(client: AnySlurmClient, node: str) -> int:
     found = client.nodes([node], with_jobs=False)[node]
     if not found.gpus:
         raise GpufleetError("Slurm lists no gpu GRES on %s (Gres=%r): params.gpus 'all' has nothing to burn"
@@ -451,33 +427,16 @@ def _slurm_gpu_count(client: SlurmClient, node: str) -> int:
     return int(found.gpus)
 
 
-def _submit(client: SlurmClient, burn: Burn, gpu_count: int, wrap: Optional[List[str]] = None,
+def _submit(client: AnySlurmClient, burn: Burn, gpu_count: int, wrap: Optional[List[str]] = None,
             output: Optional[str] = None) -> Dict[str, Any]:
-    values = _sbatch_values(burn, gpu_count, wrap, output)
-    result = client.runner.run("sbatch", SBATCH_OPTIONS, mutating=True, nodes=[burn.node], **values)
-    job_id = parse_sbatch_parsable(result.stdout, result.argv) if result.ran else None
-    return {"via": "slurm", "job_id": job_id, "job_name": burn.job_name, "output": values["output"],
+    job = batch_job(burn, gpu_count, wrap, output)
+    job_id, result = client.submit(job)
+    return {"via": "slurm", "job_id": job_id, "job_name": burn.job_name, "output": job.output,
             "command": list(result.argv), "ran": result.ran}
 
 
-def parse_sbatch_parsable(text: str, argv: Optional[List[str]] = None) -> str:
-    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
-    first = (text or "").strip().splitlines()[0:1]
-    job_id = first[0].split(";", 1)[0].strip() if first else ""
-    try:
-        return check_job_ids([job_id], field="job_id")[0]
-    except FieldError:
-        raise GpufleetError("%s printed no job id (%r); the job, if any, is named %s"
-                            % (shlex.join(argv or ["sbatch"]), (text or "")[:200],
-                               _job_name_of(argv or []))) from None
-
-
-def _job_name_of(argv: List[str]) -> str:
-    return next((word.split("=", 1)[1] for word in argv if word.startswith("--job-name=")), "?")
-
-
 def _inject_slurm(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    client = _slurm_client(ctx)
+    client = context_slurm(ctx)
     count = len(burn.gpus) if burn.gpus is not None else _slurm_gpu_count(client, burn.node)
     undo = _submit(client, burn, count)
     undo.update(node=burn.node, fault_id=burn.fault_id, tool=burn.tool, gpu_count=count)
@@ -485,7 +444,7 @@ def _inject_slurm(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    client = _slurm_client(ctx)
+    client = context_slurm(ctx)
     job_id = undo.get("job_id")
     ids = check_job_ids([job_id], field="job_id") if job_id else []
     job_name = undo.get("job_name")
@@ -627,7 +586,7 @@ def _inject_lab(burn: Burn, lab_dir: str, ctx: Mapping[str, Any]) -> Dict[str, A
             fake_gpu_state.set_fields(state_dir, gpu, **lab_values(entry["saved"], state["gpus"][gpu]["memory_total"],
                                                                    burn.memory_percent))
         if burn.neighbour_job and not undo["neighbour"].get("job_id"):
-            undo["neighbour"] = _submit(_slurm_client(ctx), burn, len(saved), wrap=neighbour_wrap(burn),
+            undo["neighbour"] = _submit(context_slurm(ctx), burn, len(saved), wrap=neighbour_wrap(burn),
                                         output="/dev/null")
             _write_journal(journal, undo)
     except Exception:

@@ -46,17 +46,14 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_job_ids
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import (
-    SLURM_COMMANDS,
-    CommandResult,
-    Fmt,
-    SlurmRunner,
-)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import CommandResult
 
 FAMILY = "checkpoint"
 KILL, FILL, STORAGE = "checkpoint_kill", "checkpoint_fill", "checkpoint_storage"
@@ -87,11 +84,9 @@ NETWORK_ALTERNATIVE = (
 IO_MAX_CLEAR = "rbps=max wbps=max riops=max wiops=max"
 
 # ``scancel --signal=KILL --full <job>`` alone is a cancel to slurmctld: the job gets SIGTERM, KillWait
-# seconds to save a checkpoint, then SIGKILL - the graceful path, not a lost node. With ``--batch`` the
-# signal goes straight to the batch step's processes (``--full``: the script and its children), so
-# SIGKILL lands at once, mid-write. The client does not declare --batch; the family adds it here.
-COMMANDS: Dict[str, Dict[str, Any]] = dict(SLURM_COMMANDS)
-COMMANDS["scancel"] = dict(SLURM_COMMANDS["scancel"], batch=Fmt.flag("--batch"))
+# seconds to save a checkpoint, then SIGKILL - the graceful path, not a lost node. With ``--batch`` (the
+# flag BATCH_JOB through slurmrestd) the signal goes straight to the batch step's processes
+# (``--full``: the script and its children), so SIGKILL lands at once, mid-write.
 
 # Injected so the waiting is tested without time passing.
 _clock: Callable[[], float] = time.monotonic
@@ -776,24 +771,17 @@ def _revert_slow(undo: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 # -- kill ------------------------------------------------------------------------------------------
-def slurm_client(ctx: Mapping[str, Any]) -> SlurmClient:
-    return SlurmClient(SlurmRunner(slurm_conf=ctx.get("slurm_conf"), bin_dir=ctx.get("slurm_bin_dir"),
-                                   check_mode=bool(ctx.get("check_mode")), commands=COMMANDS))
-
-
-def kill_batch(client: SlurmClient, job_id: str) -> CommandResult:
+def kill_batch(client: AnySlurmClient, job_id: str) -> CommandResult:
     """``scancel --signal=KILL --batch --full <job>``: SIGKILL to every process of the batch step, now."""
-    return client.runner.run("scancel", "signal batch full job_ids", mutating=True, signal="KILL", batch=True,
-                             full=True, job_ids=check_job_ids([job_id], "params.job_id"))
+    return client.signal_jobs(check_job_ids([job_id], "params.job_id"), signal="KILL", full=True, batch=True)
 
 
-def job_output(client: SlurmClient, job_id: str) -> str:
-    """The job's StdOut path, from ``scontrol --oneliner show job``."""
-    out = client.runner.run("scontrol", "oneliner action", oneliner=True, action=["show", "job", job_id]).stdout
-    match = re.search(r"(?:^|\s)StdOut=(\S+)", out)
-    if not match:
-        raise GpufleetError("scontrol show job %s names no StdOut; give params.output" % job_id)
-    return match.group(1)
+def job_output(client: AnySlurmClient, job_id: str) -> str:
+    """The job's output file, as Slurm has it."""
+    try:
+        return client.job_stdout(job_id)
+    except GpufleetError as exc:
+        raise GpufleetError("%s; give params.output" % exc) from None
 
 
 class _Follower:
@@ -823,7 +811,7 @@ class _Follower:
 
 def _inject_kill(params: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     job_id = params["job_id"]
-    client = slurm_client(ctx)
+    client = context_slurm(ctx)
     output = params.get("output") or job_output(client, job_id)
     tracker = SaveTracker()
     try:
@@ -876,7 +864,7 @@ def _inject_kill(params: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str,
     return undo
 
 
-def _requeue(client: SlurmClient, job_id: str, timeout: float, poll: float) -> List[str]:
+def _requeue(client: AnySlurmClient, job_id: str, timeout: float, poll: float) -> List[str]:
     """``scontrol requeue``, retried while slurmctld is still finishing the killed job."""
     deadline = _clock() + timeout
     while True:

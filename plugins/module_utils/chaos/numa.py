@@ -52,12 +52,14 @@ import subprocess
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn, file_restore, numa_plan
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import file_restore, numa_plan
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.numa_plan import Load, Topology
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient, check_job_ids
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_job_ids
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 
 EXPERIMENTS = numa_plan.EXPERIMENTS
 STATE_DIR = "/run/gpufleet-chaos"
@@ -299,18 +301,10 @@ def _revert_kubelet(record: Mapping[str, Any], ctx: Mapping[str, Any]) -> List[s
 
 
 # -- via slurm ------------------------------------------------------------------------------------
-def _client(ctx: Mapping[str, Any]) -> SlurmClient:
-    return SlurmClient(SlurmRunner(run=ctx.get("run"), slurm_conf=ctx.get("slurm_conf"),
-                                   bin_dir=ctx.get("slurm_bin_dir"), check_mode=bool(ctx.get("check_mode")),
-                                   commands=burn.COMMANDS))
-
-
 def _inject_slurm(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    client = _client(ctx)
-    result = client.runner.run("sbatch", burn.SBATCH_OPTIONS, mutating=True, nodes=[load.node], parsable=True,
-                               nodelist=load.node, time=str(load.minutes), job_name=load.job_name,
-                               output=load.output, wrap=shlex.join(argv))
-    job_id = burn.parse_sbatch_parsable(result.stdout, result.argv) if result.ran else None
+    client = context_slurm(ctx)
+    job_id, result = client.submit(BatchJob(name=load.job_name, node=load.node, command=tuple(argv),
+                                            minutes=load.minutes, output=load.output))
     undo = {"via": "slurm", "job_id": job_id, "job_name": load.job_name, "node": load.node,
             "command": list(result.argv)}
     if job_id:
@@ -328,7 +322,7 @@ def _inject_slurm(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict[s
 
 
 def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    client = _client(ctx)
+    client = context_slurm(ctx)
     name = undo.get("job_name") or numa_plan.JOB_PREFIX + str(undo.get("fault_id"))
     ids = check_job_ids([undo["job_id"]], field="job_id") if undo.get("job_id") else []
     listed = {j.job_id: j for j in client.jobs() if j.name == name or j.job_id in ids}
@@ -357,7 +351,7 @@ def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, 
     return done
 
 
-def _wait_gone(client: SlurmClient, ids: List[str]) -> None:
+def _wait_gone(client: AnySlurmClient, ids: List[str]) -> None:
     """scancel returns at once; the job's processes end a moment later (COMPLETING)."""
     deadline = time.time() + GONE_WAIT_S
     while time.time() < deadline:

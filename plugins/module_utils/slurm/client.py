@@ -10,7 +10,7 @@ Reads pick the best source the version has:
 - jobs: ``squeue --all --json`` (``--states=all`` too from 23.02), else a fixed ``--format``;
   filtered here, because 22.05's ``--json`` ignores squeue's filter options.
 
-Writes (``set_node_state``, ``signal_jobs``, ``requeue``, ``cancel``) check their input before
+Writes (``set_node_state``, ``signal_jobs``, ``requeue``, ``cancel``, ``submit``) check their input before
 anything runs: a job id such as ``--me`` would make scancel cancel every job of the user, and a
 node name is one node, never a host list, so a remediation acts on exactly what it meant. In
 check mode they run nothing and return the argv they would have run.
@@ -19,10 +19,12 @@ check mode they run nothing and return the argv they would have run.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import MAX_NODE_NAME, check_name, check_text
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import SBATCH_OPTIONS, BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
     SlurmCommandError,
     SlurmTimeoutError,
@@ -148,12 +150,16 @@ class SlurmClient:
                                mutating=True, nodes=[node], action=["update"], node_name=node, weight=weight,
                                available_features=",".join(available), active_features=",".join(active))
 
-    def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
-        """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled."""
+    def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True,
+                    batch: bool = False) -> CommandResult:
+        """``scancel --signal=TERM --full <ids>``: without --full the batch script is not signalled.
+
+        ``batch``: ``--batch``, the batch step alone; slurmctld then delivers a KILL as a signal
+        instead of turning it into a cancel (SIGTERM first, and a grace the job would save in)."""
         ids = check_job_ids(job_ids)
         signal = check_signal(signal)
-        return self.runner.run("scancel", "signal full job_ids", mutating=True, signal=signal, full=full,
-                               job_ids=ids)
+        return self.runner.run("scancel", "signal batch full job_ids", mutating=True, signal=signal, batch=batch,
+                               full=full, job_ids=ids)
 
     def requeue(self, job_ids: Sequence[Any]) -> CommandResult:
         """``scontrol requeue <id,id>``: the jobs go back to PENDING and restart elsewhere."""
@@ -169,6 +175,21 @@ class SlurmClient:
         a rollback that finds its load job gone has nothing left to stop."""
         return unless_gone(lambda: self.cancel([job_id]))
 
+    def submit(self, job: BatchJob) -> Tuple[Optional[str], CommandResult]:
+        """``sbatch --parsable -w <node> ... --wrap '<command>'``: the job id (None in check mode) and the call."""
+        check_node(job.node)
+        result = self.runner.run("sbatch", SBATCH_OPTIONS, mutating=True, nodes=[job.node], **job.sbatch_values())
+        return (parse_sbatch_parsable(result.stdout, result.argv, job.name) if result.ran else None), result
+
+    def job_stdout(self, job_id: Any) -> str:
+        """The job's output file (``StdOut`` of ``scontrol --oneliner show job``)."""
+        job_id = check_job_ids([job_id], "job_id")[0]
+        out = self.runner.run("scontrol", "oneliner action", oneliner=True, action=["show", "job", job_id]).stdout
+        match = re.search(r"(?:^|\s)StdOut=(\S+)", out)
+        if not match:
+            raise GpufleetError("scontrol show job %s names no StdOut" % job_id)
+        return match.group(1)
+
 
 def unless_gone(cancel: Callable[[], CommandResult]) -> Optional[CommandResult]:
     """``cancel()``, or None when Slurm says the job has already ended or is unknown (either transport)."""
@@ -180,6 +201,17 @@ def unless_gone(cancel: Callable[[], CommandResult]) -> Optional[CommandResult]:
         if _JOB_GONE.search(exc.stderr or ""):
             return None
         raise
+
+
+def parse_sbatch_parsable(text: str, argv: Optional[List[str]] = None, name: str = "?") -> str:
+    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
+    first = (text or "").strip().splitlines()[0:1]
+    job_id = first[0].split(";", 1)[0].strip() if first else ""
+    try:
+        return check_job_ids([job_id], field="job_id")[0]
+    except FieldError:
+        raise GpufleetError("%s printed no job id (%r); the job, if any, is named %s"
+                            % (shlex.join(argv or ["sbatch"]), (text or "")[:200], name)) from None
 
 
 def select_nodes(found: Dict[str, SlurmNode], names: Optional[Sequence[str]], future: bool, argv: List[str],

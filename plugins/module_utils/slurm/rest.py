@@ -35,8 +35,9 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_number
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import (
     check_job_ids,
     check_node,
@@ -312,12 +313,17 @@ class SlurmRestClient:
 
     def _mutate(self, method: str, tail: str, body: Optional[Mapping[str, Any]] = None,
                 nodes: Sequence[str] = ()) -> CommandResult:
+        return self._mutate_document(method, tail, body, nodes)[0]
+
+    def _mutate_document(self, method: str, tail: str, body: Optional[Mapping[str, Any]] = None,
+                         nodes: Sequence[str] = ()) -> Tuple[CommandResult, Dict[str, Any]]:
+        """The call as a CommandResult (run nothing in check mode) and slurmrestd's answer."""
         path = self._path(tail)
         argv = [method, self.url + path] + ([json.dumps(body, sort_keys=True)] if body is not None else [])
         if self.check_mode:
-            return CommandResult(argv=argv, ran=False)
+            return CommandResult(argv=argv, ran=False), {}
         document = self._call(method, path, body, nodes=nodes)
-        return CommandResult(argv=argv, rc=0, stdout=json.dumps(document.get("status", ""))[:2000])
+        return CommandResult(argv=argv, rc=0, stdout=json.dumps(document.get("status", ""))[:2000]), document
 
     # ---- the SlurmClient calls ----------------------------------------------------------------
 
@@ -392,13 +398,16 @@ class SlurmRestClient:
                 "features_act": active or [""]}
         return self._mutate("POST", self._node(node), body, nodes=[node])
 
-    def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True) -> CommandResult:
+    def signal_jobs(self, job_ids: Sequence[Any], signal: str = "TERM", full: bool = True,
+                    batch: bool = False) -> CommandResult:
         """``DELETE .../job/<id>?signal=TERM&flags=FULL_JOB`` per job (FULL_JOB: the batch shell too,
-        as ``scancel --full``; without it only the steps, as plain ``scancel --signal``)."""
+        as ``scancel --full``; without it only the steps, as plain ``scancel --signal``; BATCH_JOB
+        the batch step alone, as ``scancel --batch``)."""
         ids = check_job_ids(job_ids)
         signal = check_signal(signal)
-        query = urllib.parse.urlencode({"signal": signal, "flags": "FULL_JOB" if full else "FULL_STEPS_ONLY"})
-        return self._each("DELETE", ids, "job/%s?" + query)
+        flags = (["BATCH_JOB"] if batch else []) + ["FULL_JOB" if full else "FULL_STEPS_ONLY"]
+        query = urllib.parse.urlencode([("signal", signal)] + [("flags", flag) for flag in flags])
+        return self._each("DELETE", ids, "job/%s?" + query.replace("%", "%%"))
 
     def requeue(self, job_ids: Sequence[Any]) -> CommandResult:
         """``POST .../jobs/requeue`` (data parser v0.0.45, Slurm 26.05, and later)."""
@@ -416,6 +425,28 @@ class SlurmRestClient:
     def cancel_unless_gone(self, job_id: Any) -> Optional[CommandResult]:
         """Cancel, or None when Slurm says the job has already ended or is unknown."""
         return unless_gone(lambda: self.cancel([job_id]))
+
+    def submit(self, job: BatchJob) -> Tuple[Optional[str], CommandResult]:
+        """``POST .../job/submit``: the job id (None in check mode) and the call."""
+        check_node(job.node)
+        result, answer = self._mutate_document("POST", "job/submit", job.rest_body(), nodes=[job.node])
+        if not result.ran:
+            return None, result
+        job_id = str(answer.get("job_id") or "")
+        if not job_id:
+            raise SlurmRestError(result.argv, 200, stderr="slurmrestd named no job id for %s: %s"
+                                 % (job.name, json.dumps(answer)[:300]))
+        return check_job_ids([job_id], "job_id")[0], result
+
+    def job_stdout(self, job_id: Any) -> str:
+        """The job's output file (``standard_output`` of ``GET .../job/<id>``)."""
+        job_id = check_job_ids([job_id], "job_id")[0]
+        path = self._path("job/%s" % urllib.parse.quote(job_id, safe=""))
+        jobs = self._call("GET", path).get("jobs") or [{}]
+        output = jobs[0].get("standard_output") if isinstance(jobs[0], dict) else None
+        if not output:
+            raise GpufleetError("slurmrestd names no standard_output for job %s" % job_id)
+        return str(output)
 
     def _each(self, method: str, ids: List[str], tail: str) -> CommandResult:
         results = [self._mutate(method, tail % urllib.parse.quote(job_id, safe="")) for job_id in ids]

@@ -103,8 +103,21 @@ SLURM_COMMANDS: Dict[str, Dict[str, ArgFormat]] = {
     },
     "scancel": {
         "signal": Fmt.opt_eq("--signal"),
+        "batch": Fmt.flag("--batch"),
         "full": Fmt.flag("--full"),
         "job_ids": Fmt.words(),
+    },
+    # The drills' batch jobs (batch.py). The node name is checked (check_node) before it gets here,
+    # so it can never read as an option.
+    "sbatch": {
+        "parsable": Fmt.flag("--parsable"),
+        "nodelist": lambda value: [] if value is None else ["-w", str(value)],
+        "gres": Fmt.opt_eq("--gres"),
+        "time": Fmt.opt_eq("--time"),
+        "job_name": Fmt.opt_eq("--job-name"),
+        "output": Fmt.opt_eq("--output"),
+        # One argv word: sbatch wraps the string in a small sh script itself (man sbatch, --wrap).
+        "wrap": lambda value: [] if value is None else ["--wrap", str(value)],
     },
 }
 

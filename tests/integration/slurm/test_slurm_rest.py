@@ -22,6 +22,7 @@ from lab_harness import VENV_BIN
 from slurm_clusters import REASON, SlurmCluster, wait_for
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import (
     SlurmCommandError,
@@ -264,3 +265,42 @@ def test_slurm_node_info_reads_the_same_through_either_api(slurm_lab, cli, url, 
     assert [node["name"] for node in result["rest"]["nodes"]][:len(names)] == names
     assert result["mixed"]["failed"] and result["mixed"]["field"] == "bin_dir"
     assert str(key_file.read_bytes()) not in done.stdout
+
+
+def test_a_batch_job_runs_alike_through_either_api_and_its_batch_step_is_killed(cli, rest, names, tmp_path):
+    """The drills' job (a burn, a NUMA load, a neighbour): submitted through sbatch and through
+    job/submit, the same job on the same node with the same GRES, time limit and output; a KILL to the
+    batch step ends it FAILED at once (no SIGTERM grace), as scancel --batch does."""
+    wait_quiet(cli)
+    tmp_path.chmod(0o777)
+    ids = {}
+    try:
+        for name, client in (("cli", cli), ("rest", rest)):
+            job = BatchJob(name="gpufleet-test-%s" % name, node=names[1], gpus=2, minutes=3,
+                           command=("sh", "-c", "echo started $0; sleep 300", name),
+                           output=str(tmp_path / ("%s.out" % name)))
+            ids[name], result = client.submit(job)
+            assert result.ran and ids[name]
+        wait_for("both jobs RUNNING and printing", lambda: {
+            j.job_id for j in cli.jobs() if j.state == "RUNNING"} == set(ids.values()) and all(
+            (tmp_path / ("%s.out" % name)).exists() for name in ids))
+        listed = {j.job_id: j for j in rest.jobs()}
+        assert listed == {j.job_id: j for j in cli.jobs()}
+        assert [listed[ids[name]].nodes for name in ("cli", "rest")] == [(names[1],)] * 2
+
+        def asked(job_id: str) -> List[str]:
+            text = cli.runner.run("scontrol", "oneliner action", oneliner=True, action=["show", "job", job_id]).stdout
+            return sorted(word for word in text.split() if word.split("=")[0] in ("TresPerNode", "TimeLimit"))
+
+        assert asked(ids["cli"]) == asked(ids["rest"]) == ["TimeLimit=00:03:00", "TresPerNode=gres/gpu:2"]
+        for name in ids:
+            assert cli.job_stdout(ids[name]) == rest.job_stdout(ids[name]) == str(tmp_path / ("%s.out" % name))
+            assert (tmp_path / ("%s.out" % name)).read_text().startswith("started %s" % name)
+        rest.signal_jobs([ids["rest"]], "KILL", batch=True)
+        cli.signal_jobs([ids["cli"]], "KILL", batch=True)
+        wait_for("both killed", lambda: not [j for j in cli.jobs() if j.job_id in ids.values()])
+        ended = {j.job_id: j.state for j in cli.jobs(states=["FAILED", "CANCELLED"]) if j.job_id in ids.values()}
+        assert ended == {ids["cli"]: "FAILED", ids["rest"]: "FAILED"}, ended
+    finally:
+        for job_id in ids.values():
+            cli.cancel_unless_gone(job_id)

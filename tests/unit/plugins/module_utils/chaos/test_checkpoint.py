@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmCommandError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import CommandResult, SlurmRunner
@@ -521,8 +522,8 @@ def test_slow_without_the_io_controller_or_the_job_cgroup_says_what_is_missing(d
 
 
 # ---- kill ----------------------------------------------------------------------------------------
-class FakeClient:
-    """Our SlurmClient's surface: commands are built by the real runner and recorded, not run."""
+class FakeClient(SlurmClient):
+    """Our SlurmClient: its commands are built by the real client and runner, and recorded, not run."""
 
     def __init__(self, output: Path, requeue_failures: int = 0, on_kill: str = "") -> None:
         self.output = output
@@ -530,7 +531,7 @@ class FakeClient:
         self.on_kill = on_kill
         self.calls: List[List[str]] = []
         self.state = "RUNNING"
-        self.runner = SlurmRunner(run=self._run, slurm_conf="/lab/slurm.conf", commands=checkpoint.COMMANDS)
+        super().__init__(SlurmRunner(run=self._run, slurm_conf="/lab/slurm.conf"))
 
     def _run(self, argv, env, timeout):
         self.calls.append(list(argv))
@@ -588,7 +589,7 @@ def kill_setup(tmp_path, monkeypatch, history: str = HISTORY, later=(), **client
     client = FakeClient(output, **client_args)
     monkeypatch.setattr(checkpoint, "_clock", clock.clock)
     monkeypatch.setattr(checkpoint, "_sleep", clock.sleep)
-    monkeypatch.setattr(checkpoint, "slurm_client", lambda ctx: client)
+    monkeypatch.setattr(checkpoint, "context_slurm", lambda ctx: client)
     return output, client, clock
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils import errors as base_errors
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm import errors as slurm_errors
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import CommandResult, SlurmRunner
 
@@ -140,4 +141,30 @@ def test_argv_refuses_undeclared_options():
     with pytest.raises(ValueError, match="not placed"):
         runner.argv("scancel", "job_ids", job_ids=["1"], signal="TERM")
     with pytest.raises(ValueError, match="no formats"):
-        runner.argv("sbatch", "")
+        runner.argv("srun", "")
+
+
+def test_a_batch_job_is_sbatch_wrap_and_its_batch_step_killed_with_scancel_batch():
+    env = {"LC_ALL": "C", "SLURM_CONF": "/lab/slurm.conf"}
+    run = FakeRun([
+        {"argv": ["/lab/bin/sbatch", "--parsable", "-w", "gpu-a-002", "--gres=gpu:2", "--time=3",
+                  "--job-name=gpufleet-chaos-burn-f1", "--output=/scratch/burn.out", "--wrap",
+                  "gpu_burn -d -m 90% 60"], "env": env, "rc": 0, "out": "31;gpufleet-lab\n"},
+        {"argv": ["/lab/bin/scancel", "--signal=KILL", "--batch", "--full", "31"], "env": env, "rc": 0},
+        {"argv": ["/lab/bin/scontrol", "--oneliner", "show", "job", "31"], "env": env, "rc": 0,
+         "out": "JobId=31 JobName=x WorkDir=/tmp StdErr=/scratch/burn.out StdIn=/dev/null StdOut=/scratch/burn.out\n"},
+    ], captures=None)
+    client = SlurmClient(SlurmRunner(run=run, slurm_conf="/lab/slurm.conf", bin_dir="/lab/bin"))
+    job = BatchJob(name="gpufleet-chaos-burn-f1", node="gpu-a-002", command=("gpu_burn", "-d", "-m", "90%", "60"),
+                   minutes=3, output="/scratch/burn.out", gpus=2)
+    job_id, result = client.submit(job)
+    assert (job_id, result.ran) == ("31", True)
+    client.signal_jobs(["31"], "KILL", batch=True)
+    assert client.job_stdout("31") == "/scratch/burn.out"
+    assert not run.mocks
+    # Check mode runs no sbatch; sbatch printing no job id is an error naming the job.
+    dry = SlurmClient(SlurmRunner(run=FakeRun([], captures=None), check_mode=True))
+    assert dry.submit(job)[0] is None
+    silent = SlurmClient(SlurmRunner(run=lambda argv, env, timeout: (0, "\n", "")))
+    with pytest.raises(base_errors.GpufleetError, match="gpufleet-chaos-burn-f1"):
+        silent.submit(job)

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmUnknownNodeError
@@ -163,6 +164,34 @@ def test_writes_send_what_scontrol_and_scancel_would_do(tmp_path):
         # An empty array is "leave as it is" to slurmrestd; [""] clears, as scontrol's empty value.
         ("POST", "/slurm/v0.0.45/node/gpu-a-001", {"weight": {"set": True, "infinite": False, "number": 1},
                                                    "features": [""], "features_act": [""]})]
+
+
+def test_a_batch_job_is_submitted_as_sbatch_wraps_it_and_its_batch_step_killed(tmp_path):
+    ok = (200, {"errors": [], "status": []})
+    rest, server = client(tmp_path, {
+        ("POST", "/slurm/v0.0.45/job/submit"): (200, {"job_id": 31, "step_id": "batch", "errors": []}),
+        ("DELETE", "/slurm/v0.0.45/job/31?signal=KILL&flags=BATCH_JOB&flags=FULL_JOB"): ok,
+        ("GET", "/slurm/v0.0.45/job/31"): (200, {"jobs": [{"job_id": 31, "standard_output": "/scratch/burn.out"}]})})
+    job = BatchJob(name="gpufleet-chaos-burn-f1", node="gpu-a-002", command=("gpu_burn", "-d", "-m", "90%", "60"),
+                   minutes=3, output="/scratch/burn.out", gpus=2)
+    job_id, result = rest.submit(job)
+    assert job_id == "31" and result.ran
+    rest.signal_jobs([31], "KILL", batch=True)
+    assert rest.job_stdout("31") == "/scratch/burn.out"
+    body = server.calls[1][2]["job"]
+    assert body["script"] == "#!/bin/sh\ngpu_burn -d -m 90% 60\n"
+    assert (body["required_nodes"], body["tres_per_node"], body["time_limit"]["number"], body["standard_output"]) \
+        == (["gpu-a-002"], "gres/gpu:2", 3, "/scratch/burn.out")
+    # No --export from a REST call: the job gets a PATH of its own, never the caller's environment.
+    assert [e.split("=")[0] for e in body["environment"]] == ["PATH", "LC_ALL"]
+    assert [call[:2] for call in server.calls[2:]] == [
+        ("DELETE", "/slurm/v0.0.45/job/31?signal=KILL&flags=BATCH_JOB&flags=FULL_JOB"),
+        ("GET", "/slurm/v0.0.45/job/31")]
+    # Check mode submits nothing, and a bad node never reaches the server.
+    dry, dry_server = client(tmp_path, {}, check_mode=True)
+    assert dry.submit(job)[0] is None and [c[0] for c in dry_server.calls] == ["GET"]
+    with pytest.raises(FieldError, match="node"):
+        rest.submit(BatchJob(name="x", node="-w", command=("true",), minutes=1, output="/dev/null"))
 
 
 def test_bad_input_is_refused_before_anything_is_sent(tmp_path):
