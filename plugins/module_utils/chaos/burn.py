@@ -255,7 +255,8 @@ def sbatch_argv(burn: Burn, gpu_count: Any, wrap: Optional[List[str]] = None, ou
                 bin_dir: Optional[str] = None) -> List[str]:
     """The sbatch command line of the burn job, as the plan shows it (``gpu_count`` may be a placeholder);
     through slurmrestd the same job goes to its job/submit."""
-    values = dict(batch_job(burn, 1, wrap, output).sbatch_values(), gres="gpu:%s" % gpu_count)
+    values = batch_job(burn, 1, wrap, output).sbatch_values()
+    values["gres"] = "gpu:%s" % gpu_count
     return SlurmRunner(bin_dir=bin_dir).argv("sbatch", SBATCH_OPTIONS, **values)
 
 

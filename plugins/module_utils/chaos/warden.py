@@ -13,7 +13,12 @@ ledger every ``interval`` seconds, rolls back the faults whose expiry passed ``g
 lets a live drill's own watchdog, which acts at the expiry itself, go first.
 
 Run: python -m ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.warden
-     --kubeconfig K [--lab-dir D] [--slurm-conf S] [--interval 5] [--grace 10] [--once]
+     --kubeconfig K [--lab-dir D] [--slurm-conf S | --slurm-settings JSON] [--interval 5] [--grace 10]
+     [--once]
+
+``--slurm-settings`` is how the drills reach Slurm, as the chaos modules take it: ``{"slurm_api":
+"rest", "rest_url": ..., "rest_token_file": ...}`` (paths only; the secret stays in its file), so a
+drill's Slurm job is cancelled through the same slurmrestd that it was submitted to.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.api impo
     ledger_store,
     revert_here,
     rollback_entries,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
+    SLURM_OPTIONS,
+    drill_slurm,
+    has_slurm,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
@@ -83,6 +93,20 @@ def run(params: Mapping[str, Any], interval: float, grace: float, stop: threadin
             return
 
 
+def parse_slurm_settings(text: Optional[str]) -> Dict[str, Any]:
+    """The --slurm-settings JSON: slurm_api, the rest_* options, slurm_conf and slurm_bin_dir only."""
+    if not text:
+        return {}
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise FieldError("slurm_settings", "is not JSON: %s" % exc) from None
+    allowed = (*SLURM_OPTIONS, "slurm_conf", "slurm_bin_dir")
+    if not isinstance(settings, dict) or any(key not in allowed for key in settings):
+        raise FieldError("slurm_settings", "must be an object of %s" % ", ".join(allowed))
+    return settings
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gpufleet-chaos-warden", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--kubeconfig", help="kubeconfig of the cluster that holds the ledger")
@@ -91,6 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--ledger-file", help="the ledger's state file, without Kubernetes")
     parser.add_argument("--lab-dir", help="the lab's directory (lab faults)")
     parser.add_argument("--slurm-conf")
+    parser.add_argument("--slurm-settings", help="JSON: how the drills reach Slurm (slurm_api, rest_url, ...)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between two looks at the ledger")
     parser.add_argument("--grace", type=float, default=10.0,
                         help="seconds after a fault's expiry before the warden rolls it back")
@@ -112,7 +137,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.once:
         stop.set()  # run() sweeps once, then sees it
     try:
-        log({"event": "started", "interval": args.interval, "grace": args.grace})
+        params.update(parse_slurm_settings(args.slurm_settings))
+        if has_slurm(params):
+            # A bad option or an unreadable secret is refused now, naming it, not at the first expired fault.
+            drill_slurm(params).check_credentials()
+        log({"event": "started", "interval": args.interval, "grace": args.grace,
+             "slurm_api": params.get("slurm_api") or "cli"})
         run(params, args.interval, args.grace, stop, log)
     except GpufleetError as exc:
         log({"event": "refused", "error": str(exc), "field": getattr(exc, "field", None)})

@@ -44,7 +44,6 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import SLURM_API_ARGS, slurm_client
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import SlurmRestClient
 
 LOG = logging.getLogger("gpufleet.first_responder")
 VERDICTS = ("fatal", "degraded")
@@ -74,9 +73,7 @@ class Settings:
         self.start: Dict[str, Any] = {key: value for key, value in start.items() if value not in (None, "")}
         self.start["fence"] = {key: value for key, value in start["fence"].items() if value not in (None, "")}
         try:  # the Slurm options (a REST URL, a key file that is missing), before any event
-            client = slurm_client(self.start["fence"])
-            if isinstance(client, SlurmRestClient):
-                client.tokens.token()
+            slurm_client(self.start["fence"]).check_credentials()
         except FieldError as exc:
             raise FieldError("start.fence." + exc.field, exc.message) from None
         # Bad remediation settings fail here, naming the field, as the module would before any call.

@@ -66,4 +66,3 @@ class BatchJob:
         if self.gpus is not None:
             job["tres_per_node"] = "gres/gpu:%d" % self.gpus
         return {"job": job}
-

@@ -74,6 +74,10 @@ class SlurmClient:
     def check_mode(self) -> bool:
         return self.runner.check_mode
 
+    def check_credentials(self) -> None:
+        """Nothing to read ahead: the commands authenticate with munge themselves (the REST client
+        reads its token here, so a start-up check names a missing key file)."""
+
     def version(self) -> SlurmVersion:
         return self.runner.version()
 

@@ -327,6 +327,11 @@ class SlurmRestClient:
 
     # ---- the SlurmClient calls ----------------------------------------------------------------
 
+    def check_credentials(self) -> None:
+        """Read (or mint) the token now: a missing, empty or expired secret fails naming its option,
+        before any call; a process checks this at start-up."""
+        self.tokens.token()
+
     def version(self) -> SlurmVersion:
         if self._version is None:
             release = ((self._call("GET", self._path("ping/")).get("meta") or {}).get("slurm") or {}).get("release")

@@ -97,3 +97,17 @@ def test_once_sweeps_once_and_exits_0(tmp_path, capsys):
     assert warden.main(["--ledger-file", str(tmp_path / "l.json"), "--once"]) == 0
     events = capsys.readouterr().out.splitlines()
     assert '"event": "started"' in events[0] and '"event": "stopped"' in events[-1]
+
+
+@pytest.mark.parametrize("settings, field", [
+    ('{"slurm_api": "rest", "rest_url": "https://slurm:6820", "jwt_key": "/k"}', "slurm_settings"),
+    ("not json", "slurm_settings"),
+    # The secret is read at start-up: a missing key file is named before any sweep.
+    ('{"slurm_api": "rest", "rest_url": "https://slurm:6820", "rest_jwt_key_file": "/nonexistent/jwt.key"}',
+     "rest_jwt_key_file"),
+    ('{"slurm_api": "rest", "rest_jwt_key_file": "/nonexistent/jwt.key"}', "rest_url"),
+])
+def test_bad_slurm_settings_are_refused_at_start_naming_the_field(tmp_path, capsys, settings, field):
+    assert warden.main(["--ledger-file", str(tmp_path / "l.json"), "--slurm-settings", settings, "--once"]) == 2
+    refused = [line for line in capsys.readouterr().out.splitlines() if '"event": "refused"' in line]
+    assert refused and '"field": "%s"' % field in refused[0], refused
