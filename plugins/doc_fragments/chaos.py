@@ -32,9 +32,11 @@ options:
         kernel-log file. Unset means a real site.
     type: path
   slurm_conf:
-    description: slurm.conf of the cluster, for Slurm reads and the Slurm-based backends.
+    description:
+      - O(slurm_api=cli) - slurm.conf of the cluster, for Slurm reads and the Slurm-based backends.
+      - Neither this nor O(slurm_api=rest) given - no Slurm is read (steady state and the probes skip it).
     type: path
   slurm_bin_dir:
-    description: Directory of the Slurm commands when they are not on the PATH.
+    description: O(slurm_api=cli) - directory of the Slurm commands when they are not on the PATH.
     type: path
 """

@@ -1,6 +1,7 @@
-"""The remediation with ``remediation_slurm_api: rest``, as on a Slinky site where the machine running it
-has no Slurm command and no munge key: Kubernetes is the test lab's API server, Slurm is the Slurm-only
-26.05 lab, reached through its slurmrestd alone.
+"""The remediation on Slurm 26.05: Kubernetes is the test lab's API server, Slurm is the Slurm-only 26.05
+lab, reached through its slurmrestd alone (``remediation_slurm_api: rest``, as on a Slinky site where
+the machine running it has no Slurm command and no munge key) or through its commands (``cli``, the
+remediation suite's transport, which runs whole on the test lab's 22.05).
 
 The node names are the same in both (the same pool layout), so one remediation fences the node in the
 26.05 Slurm, quarantines it in Kubernetes, signals the training job on it, sees it checkpoint and be
@@ -47,7 +48,15 @@ def events(workdir: Path, name: str) -> List[str]:
     return [line for line in (out.read_text() if out.exists() else "").splitlines() if line.startswith(name + " ")]
 
 
-def test_xid79_is_remediated_through_slurmrestd_and_the_job_resumes_elsewhere(fleet: Fleet, slurm_lab, tmp_path):
+def slurm_settings(api: str, slurm_lab, cluster: SlurmCluster) -> Dict[str, Any]:
+    if api == "rest":
+        return {"remediation_slurm_api": "rest", "remediation_slurm_rest": rest_settings(slurm_lab)}
+    return {"remediation_slurm_api": "cli", "remediation_slurm_conf": str(slurm_lab.slurm_conf),
+            "remediation_slurm_bin_dir": str(cluster.bin_dir)}
+
+
+@pytest.mark.parametrize("api", ["rest", "cli"])
+def test_xid79_is_remediated_on_slurm_26_05_and_the_job_resumes_elsewhere(fleet: Fleet, slurm_lab, tmp_path, api):
     cluster = SlurmCluster(lab=slurm_lab, version="26.05")
     slurm = SlurmClient(SlurmRunner(slurm_conf=str(slurm_lab.slurm_conf), bin_dir=str(cluster.bin_dir), timeout=30))
     workdir = tmp_path / "job"
@@ -61,14 +70,14 @@ def test_xid79_is_remediated_through_slurmrestd_and_the_job_resumes_elsewhere(fl
         assert fleet.kube_node(node) is not None, "%s is not a node of the test lab's Kubernetes" % node
         time.sleep(1.0)  # a checkpoint or two before the fault
 
-        run = fleet.remediate(node, remediation_slurm_api="rest", remediation_slurm_rest=rest_settings(slurm_lab),
+        run = fleet.remediate(node, **slurm_settings(api, slurm_lab, cluster),
                               remediation_fault={"action": "RESTART_BM", "reason": "Xid79", "xid": 79, "gpu_index": 2},
                               remediation_provider="none", remediation_grace=20)
         assert run.rc == 0, run.output[-4000:]
         record = [r for r in fleet.audit(node) if r["result"] == "succeeded"][-1]
         assert [step["phase"] for step in record["timeline"]] == RESTART_BM
 
-        # Slurm 26.05, through slurmrestd: fenced with our reason, then down.
+        # Slurm 26.05: fenced with our reason, then down.
         fenced = slurm.nodes([node], with_jobs=False)[node]
         assert fenced.state == "DOWN" and fenced.reason.startswith("gpufleet:"), fenced
         # The job got SIGTERM once, checkpointed, was requeued, and resumes on another node from
