@@ -4,9 +4,32 @@
 
 from __future__ import annotations
 
-# slurm_api and the rest_* options: the REST fragment alone is for modules that name the CLI's
-# options their own way (the chaos modules' slurm_conf and slurm_bin_dir).
-_REST = r"""
+
+class ModuleDocFragment:
+    # The commands' options (slurm_api cli) and the timeout. A module that takes them takes REST too:
+    # it lists both fragments, gpufleet.resilience.slurm_api and gpufleet.resilience.slurm_api.rest.
+    DOCUMENTATION = r"""
+options:
+  slurm_conf:
+    description:
+      - V(cli) - path of C(slurm.conf), passed to the commands as E(SLURM_CONF). Omit for Slurm's
+        default (or E(SLURM_CONF) of the environment).
+    type: path
+  bin_dir:
+    description:
+      - V(cli) - directory holding the Slurm commands. Omit to search E(PATH).
+    type: path
+  timeout:
+    description:
+      - Seconds each Slurm command or slurmrestd call may take before the module fails.
+    type: float
+    default: 30
+"""
+
+    # slurm_api and the rest_* options: alone for modules that name the commands' options their own
+    # way (the chaos modules' slurm_conf and slurm_bin_dir).
+    REST = r"""
+options:
   slurm_api:
     description:
       - How to reach Slurm. V(cli) runs C(scontrol), C(sinfo), C(squeue) and C(scancel) on the host
@@ -67,26 +90,3 @@ _REST = r"""
     type: list
     elements: int
 """
-
-
-class ModuleDocFragment:
-    DOCUMENTATION = r"""
-options:
-  slurm_conf:
-    description:
-      - V(cli) - path of C(slurm.conf), passed to the commands as E(SLURM_CONF). Omit for Slurm's
-        default (or E(SLURM_CONF) of the environment).
-    type: path
-  bin_dir:
-    description:
-      - V(cli) - directory holding the Slurm commands. Omit to search E(PATH).
-    type: path
-  timeout:
-    description:
-      - Seconds each Slurm command or slurmrestd call may take before the module fails.
-    type: float
-    default: 30
-""" + _REST
-
-    REST = r"""
-options:""" + _REST

@@ -55,7 +55,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The module options, e.g. C({slurm_api: rest, rest_url: ..., rest_jwt_key_file: ...}).
+  description: The module options, for example C(slurm_api), C(rest_url) and C(rest_jwt_key_file).
   type: dict
 """
 

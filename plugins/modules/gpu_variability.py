@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.kube
   - gpufleet.resilience.slurm_api
+  - gpufleet.resilience.slurm_api.rest
 options:
   state:
     description:

@@ -39,6 +39,7 @@ extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.slurm_api
+  - gpufleet.resilience.slurm_api.rest
 options:
   node:
     description:

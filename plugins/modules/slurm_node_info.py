@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - gpufleet.resilience.attributes
   - gpufleet.resilience.attributes.read_only
   - gpufleet.resilience.slurm_api
+  - gpufleet.resilience.slurm_api.rest
 options:
   nodes:
     description:

@@ -86,6 +86,8 @@ SAVED_FIELDS = ("utilization_gpu", "utilization_memory", "temperature", "power_m
 
 _IMAGE = re.compile(r"[^\s]+")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 @dataclass(frozen=True)
 class Burn:
     """A checked gpu_burn spec."""
