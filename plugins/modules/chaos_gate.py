@@ -98,6 +98,14 @@ options:
   protected_output:
     description: The protected job's output file (train_sim's event lines).
     type: path
+  abort_conditions:
+    description:
+      - The drill's brakes, each C({name, query, above, for}), checked here (a bad one refuses the drill, naming
+        its field) and kept in RV(drill) for M(gpufleet.resilience.drill_observe), which aborts the watch when
+        one is breached (see its option of the same name).
+      - Omitted - the default brake C(other_nodes_unhealthy); V([]) - none.
+    type: list
+    elements: dict
 """
 
 EXAMPLES = r"""
@@ -153,6 +161,7 @@ def main():
             deadlines=dict(type="dict", default={}),
             protected_job=dict(type="str"),
             protected_output=dict(type="path"),
+            abort_conditions=dict(type="list", elements="dict"),
         ),
         supports_check_mode=True,
     )

@@ -21,7 +21,7 @@ description:
   - I(recovered) - the protected job was requeued, RUNS on another node and resumed from its checkpoint
     (train_sim's output gives the step and the steps lost); for a non-fatal fault, it keeps running.
   - A missed deadline is a finding with the last thing seen, never an error. The watch aborts when the remediation
-    circuit breaker trips. Read-only.
+    circuit breaker trips, or when one of O(abort_conditions) is breached. Read-only.
   - With O(watch_for), the watch stops after that many seconds if it is not done and returns RV(done=false), a
     RV(progress) line and a RV(carry); called again with O(carry), it goes on where it stopped. So a playbook can
     say where a long observation is as it goes (the chaos_drill role prints RV(progress) each slice).
@@ -67,6 +67,19 @@ options:
   carry:
     description: The RV(carry) of the previous call, to go on where it stopped. Data, checked for its shape.
     type: dict
+  abort_conditions:
+    description:
+      - The drill's brakes, each C({name, query, above, for}) - a PromQL C(query) asked every poll; when its
+        value stays above C(above) for C(for) seconds (default 0), the watch aborts, the role rolls the fault back
+        at once and the report says V(aborted) and which brake, with the value seen. A query that yields nothing
+        never breaches. C($targets) in a query is the drill's targets as a regular expression.
+      - Omitted - the brakes of O(drill) (M(gpufleet.resilience.chaos_gate) checked them), else the default
+        brake C(other_nodes_unhealthy), more than one node other than the targets with a verdict other than
+        healthy (C(count(gpufleet_node_health_verdict{state!="healthy",node!~"$targets"} == 1)) above 1).
+        V([]) - no brake.
+      - Needs O(prometheus_url); a bad entry fails naming its field, e.g. C(abort_conditions[0].above).
+    type: list
+    elements: dict
 """
 
 EXAMPLES = r"""
@@ -142,6 +155,7 @@ def main():
             poll_interval=dict(type="float", default=1),
             watch_for=dict(type="float"),
             carry=dict(type="dict"),
+            abort_conditions=dict(type="list", elements="dict"),
         ),
         supports_check_mode=True,
     )

@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
+    brakes,
     burn,
     checkpoint,
     experiments,
@@ -265,6 +266,8 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
                              ledger.kill_switch(data), ledger.active_on(data, [t["name"] for t in targets]),
                              [{"name": name, "pool": pools.get(name, "")} for name in held], not_alone)
 
+    # The brakes, checked before anything: a bad one found during the observation would come too late.
+    abort_conditions = [brake.as_dict() for brake in brakes.check_brakes(params.get("abort_conditions"))]
     refusals = refusals_in(_read(store))
     if refusals:
         raise DrillRefused(refusals)
@@ -295,6 +298,7 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         "duration": float(params["duration"]),
         "expires_at": now + float(params["duration"]), "holder": _holder(),
         "expectations": experiments.loop_expectations(experiment, resolved), "deadlines": deadlines,
+        "abort_conditions": abort_conditions,
     }
     if missing and not check_mode:
         raise DrillRefused([{"field": "experiment", "why": "this site lacks what %s needs: %s"
@@ -642,7 +646,10 @@ def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
                "params": drill.get("params") or {}, "baseline": params.get("baseline") or {},
                "injected_at": params["injected_at"], "protected_job": params.get("protected_job"),
                "protected_output": params.get("protected_output"), "experiment": drill["experiment"],
-               "poll_s": check_number(params.get("poll_interval") or 1.0, "poll_interval", above=0)}
+               "poll_s": check_number(params.get("poll_interval") or 1.0, "poll_interval", above=0),
+               # The drill's own (the gate checked them), unless this call gives others.
+               "brakes": brakes.check_brakes(params.get("abort_conditions") if params.get("abort_conditions")
+                                             is not None else drill.get("abort_conditions"))}
     carry = _check_carry(params.get("carry"))
     if carry:
         started = carry["started_at"]
@@ -653,6 +660,9 @@ def observe_drill(params: Mapping[str, Any]) -> Dict[str, Any]:
     if not seen["done"]:
         seen["carry"]["started_at"] = started
         return seen
+    if request["brakes"] and not params.get("prometheus_url"):
+        seen["findings"].append("brakes not applied: %s need Prometheus (prometheus_url)" % ", ".join(
+            brake.name for brake in request["brakes"]))
     seen["phase"] = {"phase": "observe", "started_at": started, "finished_at": time.time(),
                      "ok": not seen["aborted"], "detail": {"abort_reason": seen["aborted"]} if seen["aborted"] else {}}
     return seen
@@ -662,7 +672,8 @@ def _check_carry(carry: Any) -> Optional[Dict[str, Any]]:
     """A previous slice's `carry`, as drill_observe returned it: data, checked for its shape only."""
     if not carry:
         return None
-    kinds = {"decided": dict, "last": dict, "recovered": dict, "events": list, "started_at": (int, float)}
+    kinds = {"decided": dict, "last": dict, "recovered": dict, "events": list, "braking": dict,
+             "started_at": (int, float)}
     if not isinstance(carry, Mapping) or set(carry) != set(kinds):
         raise FieldError("carry", "must be the carry a previous drill_observe returned (keys %s)" % ", ".join(kinds))
     for key, kind in kinds.items():

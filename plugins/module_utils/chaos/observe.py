@@ -6,7 +6,8 @@ The probes read the real systems an operator would look at: Prometheus (the agen
 Alertmanager's API (the alert), Slurm and Kubernetes (fence and cordon, or the node replaced),
 and the protected job (Slurm's view, and train_sim's output for the step it resumed from).
 The loop ends when every step is decided or its deadline has passed; it aborts early when the
-remediation circuit breaker trips, because a drill must never be the cause of a storm.
+remediation circuit breaker trips, because a drill must never be the cause of a storm, and when one
+of the drill's brakes (abort conditions, brakes.py) is breached.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import scoring
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import brakes, scoring
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.experiments import LOOP_STEPS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
@@ -144,6 +145,9 @@ class Probes:
             return "%s (%s)" % ("+".join(states), current.reason or "no reason")
         return None
 
+    def prometheus_value(self, query: str) -> Optional[float]:
+        return prometheus_value(str(self.prometheus_url), query)
+
     def job(self, job_id: str) -> Optional[Any]:
         return next((j for j in self.slurm.jobs() if j.job_id == str(job_id)), None) if job_id else None
 
@@ -164,6 +168,7 @@ class LoopWatch:
         self.detection = self.expect.get("detection")
         self.alert_names = list(self.expect.get("alerts") or [])
         self.decided: Dict[str, Dict[str, Any]] = {}
+        self.braking: Dict[str, float] = {}  # brake name -> when its breach began
         self.last: Dict[str, str] = {}
         self.recovered: Dict[str, Any] = {}
         self.events: List[Dict[str, Any]] = [{"name": "inject", "at": self.injected_at, "detail": "%s on %s" % (
@@ -323,7 +328,7 @@ def progress_line(watch: "LoopWatch", now: float) -> str:
 
 
 # What a watch carries from one slice to the next (observe's `carry`): all of its state.
-CARRIED = ("decided", "last", "recovered", "events")
+CARRIED = ("decided", "last", "recovered", "events", "braking")
 
 
 def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], float] = time.time,
@@ -343,11 +348,17 @@ def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], floa
     breaker_at_start = bool(watch.baseline.get("breaker_tripped"))
     looks = {"detected": watch.look_detected, "alerted": watch.look_alerted, "scheduler": watch.look_scheduler,
              "recovered": watch.look_recovered}
+    braking: List[brakes.Brake] = list(request.get("brakes") or [])
     while len(watch.decided) < len(LOOP_STEPS):
         now = clock()
         if probes.core_v1 is not None and not breaker_at_start and breaker_tripped(probes.core_v1, probes.namespace):
             aborted = "the remediation circuit breaker tripped during the drill"
             break
+        if braking and probes.prometheus_url:
+            aborted = brakes.breached(braking, watch.nodes, probes.prometheus_value, watch.braking, now)
+            if aborted:
+                watch.event("abort", now, aborted)
+                break
         for name in LOOP_STEPS:
             if name not in watch.decided:
                 looks[name](now)

@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 SCHEMA_ID = "gpufleet.drill/v1"
 RESULTS = ("passed", "failed", "aborted", "refused", "dry_run")
 PHASES = ("gate", "steady", "baseline", "inject", "observe", "rollback", "verify", "report")
-EVENTS = ("inject", "detect", "alert", "quarantine", "requeue", "resume", "rollback", "verify")
+EVENTS = ("inject", "detect", "alert", "quarantine", "requeue", "resume", "abort", "rollback", "verify")
 STEPS = ("detected", "alerted", "scheduler", "recovered")
 VERDICTS = ("pass", "fail", "skipped", "not_observable")
 ROLLBACKS = ("done", "failed", "pending")

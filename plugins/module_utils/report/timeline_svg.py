@@ -30,7 +30,7 @@ ROW_H = 16
 BAR_ROW_H = 24
 EVENT_COLOURS = {
     "inject": "#c62828", "detect": "#ef6c00", "alert": "#f9a825", "quarantine": "#6a1b9a",
-    "requeue": "#1565c0", "resume": "#2e7d32", "rollback": "#455a64", "verify": "#00838f",
+    "requeue": "#1565c0", "resume": "#2e7d32", "rollback": "#455a64", "verify": "#00838f", "abort": "#b71c1c",
 }
 # verdict -> (bar fill, mark and outline)
 VERDICT_COLOURS = {

@@ -21,7 +21,9 @@ import time
 import pytest
 from agent_probe import wait_for
 from drill_probe import Drills, wait_equal
-from lab_harness import TEST_LAB_VARS
+from lab_harness import TEST_LAB_VARS, PlaybookResult
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -94,8 +96,10 @@ def test_every_experiment_is_detected_and_rolled_back_to_the_same_state(drills):
     def run(experiment, node):
         before = drills.node_snapshot(node)
         started = time.monotonic()
-        # Four drills at once on the four nodes of the pool: the blast radius must allow it explicitly.
-        result = drills.drill(experiment, node, duration=300, chaos_drill_blast_radius=WHOLE_POOL, **QUICK)
+        # Four drills at once on the four nodes of the pool: the blast radius must allow it explicitly,
+        # and the brakes are off: each drill would see the other three targets unhealthy and abort.
+        result = drills.drill(experiment, node, duration=300, chaos_drill_blast_radius=WHOLE_POOL,
+                              chaos_drill_abort_conditions=[], **QUICK)
         return experiment, node, before, result, time.monotonic() - started
 
     while todo:
@@ -334,3 +338,41 @@ def scoring_resume(text, since):
     found = [m for m in re.finditer(r"resume time=(\S+) step=(\d+)", text) if float(m.group(1)) >= since]
     assert found, text[-2000:]
     return {"time": float(found[0].group(1)), "step": int(found[0].group(2))}
+
+
+def test_a_breached_brake_rolls_the_drill_back_at_once_and_reports_it(drills):
+    """Issue 20, drills with brakes: the default brake aborts a drill when more than one node other
+    than its target turns unhealthy while it runs. The watch would wait minutes for a fence that never
+    comes (self-healing is off here); the brake ends it, the fault is rolled back at once, and the
+    report says aborted and why. A bad brake refuses the drill before anything happens."""
+    target, others = "gpu-a-001", ["gpu-a-003", "gpu-a-004"]
+    bad = drills.drill("gpu_xid", target, chaos_drill_abort_conditions=[{"name": "x", "query": "up", "above": "hot"}])
+    assert bad.rc != 0 and "abort_conditions[0].above" in bad.output, bad.output[-2000:]
+    assert not drills.ledger().get("drills")
+    before = drills.node_snapshot(target)
+    saved = {node: fake_gpu_state.read(str(drills.lab.lab_dir / "gpus" / node))["gpus"][0]["temperature"]
+             for node in others}
+    patient = {"detected": 60, "alerted": 240, "scheduler": 240, "recovered": 240}
+    started = time.monotonic()
+    running = drills.start_drill("gpu_xid", target, xid=79, duration=300, chaos_drill_deadlines=patient)
+    try:
+        wait_for(lambda: any(f.get("state") == "active" and f["node"] == target
+                             for f in drills.ledger().get("faults", {}).values()), 180, 0.5,
+                 what="the fault on %s active" % target)
+        for node in others:  # too hot: each agent's verdict turns degraded
+            fake_gpu_state.set_fields(str(drills.lab.lab_dir / "gpus" / node), 0, temperature=110)
+        output = running.communicate(timeout=180)[0]
+        took = time.monotonic() - started
+    finally:
+        if running.poll() is None:
+            drills.kill(running)
+        for node, temperature in saved.items():
+            fake_gpu_state.set_fields(str(drills.lab.lab_dir / "gpus" / node), 0, temperature=temperature)
+    document = drills.report(PlaybookResult(rc=running.returncode, output=output))
+    assert document["result"] == "aborted", document["result"]
+    assert document["abort_reason"].startswith("abort condition other_nodes_unhealthy breached: "), document
+    assert 'node!~"gpu-a-001"' in document["abort_reason"]  # the target is left out of the count
+    assert took < 200, took  # not the 240 s the fence's deadline would have taken
+    assert [e["name"] for e in document["events"]].count("abort") == 1
+    assert all(f["rollback"] == "done" for f in document["faults"]), document["faults"]
+    assert wait_equal(lambda: drills.node_snapshot(target), before, 60) == before
