@@ -77,6 +77,16 @@ drills:
     steps_lost:
       description: Steps of work lost; V(null) when not measured.
       type: int
+    score:
+      description: The drill's resiliency score, 0-100 (the loop steps weighted, each less up to half its weight
+        for the time it took against its deadline); V(null) for a dry run or a refusal.
+      type: float
+score_trend:
+  description:
+    - The newest resiliency score against the median of the earlier scored drills (C(newest), C(median_before),
+      C(change), and C(scores), oldest first); V(null) with fewer than two scored drills.
+  type: dict
+  returned: always
 regressed:
   description: Whether the newest time to recover is worse than the median by more than O(tolerance).
   type: bool

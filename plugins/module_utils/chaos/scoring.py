@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID, resiliency_score
 
 SCHEMA = SCHEMA_ID
 _LINE = re.compile(r"(?P<event>[a-z_]+) time=(?P<time>[0-9.]+)(?P<rest>.*)")
@@ -140,7 +140,7 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
         events.append({"name": "verify", "at": verify["finished_at"],
                        "detail": "steady state again" if verify.get("ok") else "NOT back to steady state"})
     dry_run = bool(drill.get("dry_run"))
-    return {
+    doc = {
         "schema": SCHEMA,
         "id": drill["id"],
         "experiment": drill["experiment"],
@@ -158,8 +158,11 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
         "phases": list(phases),
         "events": sorted(events, key=lambda e: e["at"]),
         "steps": steps,
+        "score": None,
         "metrics": observed.get("metrics") or metrics(steps, {}),
         "gaps": list(observed.get("gaps") or []),
         "faults": list(faults),
         "findings": findings,
     }
+    doc["score"] = resiliency_score(doc)
+    return doc

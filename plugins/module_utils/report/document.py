@@ -72,6 +72,7 @@ DRILL_SCHEMA: Dict[str, Any] = {
         "finished_at": _NUMBER_OR_NULL,
         "result": {"enum": list(RESULTS)},
         "abort_reason": {"type": ["string", "null"]},
+        "score": _NUMBER_OR_NULL,
         "phases": {
             "type": "array",
             "items": {
@@ -258,6 +259,31 @@ def metrics(doc: Mapping[str, Any]) -> Dict[str, Any]:
     return dict(doc.get("metrics") or {})
 
 
+# The resiliency score: each loop step's share of 100, in the order an operator cares about them
+# (the job's recovery most, then seeing the fault and taking the node out, then paging a human).
+SCORE_WEIGHTS = {"detected": 25.0, "alerted": 20.0, "scheduler": 25.0, "recovered": 30.0}
+
+
+def resiliency_score(doc: Mapping[str, Any]) -> Optional[float]:
+    """0-100 from the loop steps: a step that passed earns its weight, less up to half of it for the
+    time it took (half at its deadline: late but done beats missed); a failed one earns nothing. Steps
+    not expected (skipped) or not observable do not count either way. None for a dry run, a refusal or
+    a drill with no step to score; an aborted drill scores what it saw before the abort."""
+    if doc.get("dry_run") or doc.get("result") in ("refused", "dry_run"):
+        return None
+    earned = possible = 0.0
+    for step in doc.get("steps") or []:
+        weight = SCORE_WEIGHTS.get(str(step.get("step")))
+        if weight is None or step.get("verdict") not in ("pass", "fail"):
+            continue
+        possible += weight
+        if step["verdict"] == "pass":
+            elapsed, deadline = number(step.get("elapsed_s")), number(step.get("deadline_s"))
+            late = min(1.0, max(0.0, elapsed / deadline)) if elapsed is not None and deadline else 0.0
+            earned += weight * (1.0 - 0.5 * late)
+    return round(100.0 * earned / possible, 1) if possible else None
+
+
 def targets(doc: Mapping[str, Any]) -> str:
     return ", ".join(str(target) for target in doc.get("targets") or []) or "no target"
 
@@ -294,6 +320,7 @@ def facts(doc: Mapping[str, Any]) -> List[Tuple[str, str]]:
         ("Targets", targets(doc)),
         ("Parameters", params_text(doc)),
         ("Result", str(doc.get("result") or "unknown")),
+        ("Resiliency score", _score_text(doc)),
         ("Started", clock(doc.get("started_at"))),
         ("Duration", seconds(duration(doc))),
         ("Where", "lab" if doc.get("lab") else "real site"),
@@ -302,6 +329,11 @@ def facts(doc: Mapping[str, Any]) -> List[Tuple[str, str]]:
     if doc.get("abort_reason"):
         rows.append(("Abort reason", str(doc["abort_reason"])))
     return rows
+
+
+def _score_text(doc: Mapping[str, Any]) -> str:
+    score = number(doc.get("score")) if doc.get("score") is not None else resiliency_score(doc)
+    return "n/a" if score is None else "%.1f of 100" % score
 
 
 STEP_HEADER = ("Step", "Verdict", "Seen after", "Deadline", "Expected", "Observed")

@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Did time-to-recover regress? The last N drills of one experiment, compared. Pure.
+"""Did time-to-recover regress? The last N drills of one experiment, compared, with their resiliency
+scores and the newest score against the median of the earlier ones. Pure.
 
 The newest drill that measured a time to recover is compared with the median of the earlier ones in
 the window: the median, because one slow or lucky drill among a handful must not move the baseline.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report import document
@@ -30,6 +31,9 @@ def row(doc: Mapping[str, Any]) -> Dict[str, Any]:
         "result": doc.get("result"),
         "time_to_recover_s": document.number(figures.get("time_to_recover_s")),
         "steps_lost": figures.get("steps_lost"),
+        # Drills from before the score have their steps: scored the same way on reading.
+        "score": document.number(doc.get("score")) if doc.get("score") is not None
+        else document.resiliency_score(doc),
     }
 
 
@@ -48,9 +52,10 @@ def compare(docs: Sequence[Mapping[str, Any]], experiment: str, last: int = 5,
     if document.number(tolerance) is None or not math.isfinite(tolerance) or tolerance < 0:
         raise FieldError("tolerance", "must be a finite number of at least 0 (0.2 means 20 %)")
     rows = window(docs, experiment, last)
+    trend = score_trend(rows)
     timed = [item for item in rows if item["time_to_recover_s"] is not None]
     if len(timed) < 2:
-        return {"drills": rows, "regressed": False, "figures": None,
+        return {"drills": rows, "regressed": False, "figures": None, "score_trend": trend,
                 "why": "%s: %d of the last %d %s drills measured a time to recover; 2 are needed" % (
                     NOT_ENOUGH, len(timed), len(rows), experiment)}
     newest, earlier = timed[-1], timed[:-1]
@@ -70,4 +75,15 @@ def compare(docs: Sequence[Mapping[str, Any]], experiment: str, last: int = 5,
     if skipped:
         why += " (newer drills without a time to recover: %s)" % ", ".join(
             "%s %s" % (item["id"], item["result"]) for item in skipped)
-    return {"drills": rows, "regressed": regressed, "why": why, "figures": figures}
+    return {"drills": rows, "regressed": regressed, "why": why, "figures": figures, "score_trend": trend}
+
+
+def score_trend(rows: Sequence[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The newest resiliency score against the median of the earlier ones in the window (None with
+    fewer than two scored drills): {newest, median_before, change, scores}, oldest first."""
+    scored = [(item["id"], item["score"]) for item in rows if item.get("score") is not None]
+    if len(scored) < 2:
+        return None
+    median = statistics.median(score for _id, score in scored[:-1])
+    return {"newest": scored[-1][1], "median_before": median, "change": round(scored[-1][1] - median, 1),
+            "scores": [{"id": drill_id, "score": score} for drill_id, score in scored]}

@@ -74,6 +74,8 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
         for name in ("inject", "detect", "alert", "quarantine", "requeue", "resume", "rollback", "verify"):
             assert name in names, names
         assert all(f["rollback"] == "done" for f in document["faults"])
+        # Every step passed before its deadline: more than half of each step's weight, whatever the times.
+        assert 50.0 < document["score"] <= 100.0, document["score"]
         # -- the reports: JSON matches its schema, JUnit parses, the HTML embeds the timeline -------
         base = drills.report_dir / ("drill-%s" % document["id"])
         jsonschema.validate(json.loads(base.with_suffix(".json").read_text()), DRILL_SCHEMA)
@@ -82,6 +84,7 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
         assert {"detected", "alerted", "scheduler", "recovered"} <= set(cases)
         assert not list(suite.iter("failure")), "a green drill has no JUnit failure"
         html = base.with_suffix(".html").read_text()
+        assert "Resiliency score" in html
         assert 'id="timeline"' in html and "<svg" in html and "http://" not in html.replace("http://www.w3.org", "")
         assert ET.fromstring(base.with_suffix(".svg").read_text()).tag.endswith("svg")
         assert screenshot(base.with_suffix(".html"), tmp_path / "report.png") > 20000

@@ -33,7 +33,7 @@ def test_a_slower_newest_drill_regressed():
     assert result["why"].endswith("limit with 20 % tolerance is 52.8 s: regressed")
     assert [row["id"] for row in result["drills"]] == ["d-01", "d-02", "d-03", "d-04"]
     assert result["drills"][0] == {"id": "d-01", "started_at": 1796071800.0, "result": "passed",
-                                   "time_to_recover_s": 40.0, "steps_lost": 0}
+                                   "time_to_recover_s": 40.0, "steps_lost": 0, "score": None}
 
 
 def test_within_tolerance_is_no_regression_and_the_limit_is_exclusive():
@@ -126,3 +126,37 @@ def test_drill_history_needs_a_directory(tmp_path):
     with pytest.raises(FieldError) as error:
         report.drill_history(str(tmp_path / "missing"), "gpu_xid", 5, 0.2)
     assert error.value.field == "dest"
+
+
+def steps(detected, alerted, scheduler, recovered):
+    """Loop steps: each (verdict, seconds) against a 100 s deadline."""
+    return [{"step": name, "verdict": verdict, "elapsed_s": elapsed, "deadline_s": 100.0}
+            for name, (verdict, elapsed) in zip(("detected", "alerted", "scheduler", "recovered"),
+                                                (detected, alerted, scheduler, recovered), strict=True)]
+
+
+def test_the_resiliency_score_weights_each_step_and_its_time():
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import resiliency_score
+
+    instant = {"steps": steps(("pass", 0.0), ("pass", 0.0), ("pass", 0.0), ("pass", 0.0))}
+    assert resiliency_score(instant) == 100.0
+    # Each step at its deadline earns half its weight; a missed step nothing.
+    assert resiliency_score({"steps": steps(("pass", 100.0), ("pass", 100.0), ("pass", 100.0),
+                                            ("pass", 100.0))}) == 50.0
+    missed_recovery = {"steps": steps(("pass", 0.0), ("pass", 0.0), ("pass", 0.0), ("fail", None))}
+    assert resiliency_score(missed_recovery) == 70.0  # recovery is 30 of the 100
+    # Not expected, not observable: out of the count either way (a non-fatal fault has no fence).
+    no_fence = {"steps": steps(("pass", 10.0), ("fail", None), ("skipped", None), ("not_observable", None))}
+    assert resiliency_score(no_fence) == pytest.approx(round(100 * 25 * 0.95 / 45, 1))
+    assert resiliency_score(dict(instant, dry_run=True)) is None
+    assert resiliency_score({"steps": []}) is None
+
+
+def test_the_score_trend_is_the_newest_against_the_median_before():
+    docs = [dict(drill(n, 40.0), steps=steps(("pass", 10.0 * n), ("pass", 0.0), ("pass", 0.0), ("pass", 0.0)))
+            for n in (1, 2, 3)]
+    trend = history.compare(docs, "gpu_xid")["score_trend"]
+    # detected at 10, 20, 30 s of 100: 25 * (1 - 0.05 n) + 75
+    assert [item["score"] for item in trend["scores"]] == [98.8, 97.5, 96.2]
+    assert (trend["newest"], trend["median_before"], trend["change"]) == (96.2, pytest.approx(98.15), -2.0)
+    assert history.compare(docs[:1], "gpu_xid")["score_trend"] is None
