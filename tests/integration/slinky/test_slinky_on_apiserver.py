@@ -197,3 +197,70 @@ def test_a_pool_left_out_is_refused_while_the_release_has_its_nodeset(installed,
     assert "slurm_slinky_allow_pool_removal=true" in said
     nodesets = custom.list_namespaced_custom_object("slinky.slurm.net", "v1beta1", NAMESPACE, "nodesets")["items"]
     assert "slurm-worker-gpu-b" in {item["metadata"]["name"] for item in nodesets}
+
+
+def test_a_dropped_pool_is_checked_through_slurmrestd_and_resize_drains_it_first(installed, lab, slurm_lab):
+    """With slurm_slinky_slurm_api=rest, "drained" is checked, not taken on trust.
+
+    kwok runs no slurmd, so the release's slurmrestd is played by the Slurm-only 26.05 lab's, whose
+    pool gpu-a stands in for the release's gpu-a NodeSet (the nodes are named gpu-a-001.. there,
+    gpu-a-0.. on a site; both are the pool's by name). A job runs on gpu-a-004:
+    - dropping gpu-a is refused even with slurm_slinky_allow_pool_removal, naming the job and the
+      nodes not drained; the NodeSet stays;
+    - resize-node-pool.yml -e remove=true refuses, naming the job, and drains nothing;
+    - with evacuate_jobs=true it drains the four nodes, ends the job, and says what to change next;
+    - then the dropped pool passes the guard (a check run, so the test release keeps its NodeSet).
+    """
+    assert installed["first"].rc == 0
+    from kubernetes import client
+    from slurm_clusters import SlurmCluster, wait_for
+
+    cluster = SlurmCluster(lab=slurm_lab, version="26.05")
+    slurm = cluster.client()
+    rest = {"slurm_slinky_slurm_api": "rest", "slurm_slinky_slurm_rest": {
+        "url": "http://127.0.0.1:%d" % slurm_lab.extra_vars["slurm_slurmrestd_port"],
+        "jwt_key_file": str(slurm_lab.lab_dir / "slurm" / "jwt" / "jwt_hs256.key")}}
+    dropped = dict(slinky_vars(lab), gpufleet_node_pools=POOLS[1:], slurm_slinky_allow_pool_removal=True, **rest)
+    resize = dict(rest, slurm_backend="slinky", gpufleet_node_pools=POOLS, pool="gpu-a", remove=True)
+    leaving = ["gpu-a-00%d" % n for n in range(1, 5)]
+    job = cluster.command("sbatch", "--parsable", "--nodelist=gpu-a-004", "--gres=gpu:1", "--job-name=train",
+                          "--wrap", "sleep 600").strip()
+
+    def job_state():
+        return next((j.state for j in slurm.jobs() if j.job_id == job), None)
+
+    try:
+        wait_for("job %s running" % job, lambda: job_state() == "RUNNING")
+        refused = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", extra=dropped, timeout=900)
+        said = " ".join(refused.output.split())
+        assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
+        assert ("pool gpu-a is left out of gpufleet_node_pools, but jobs run on its nodes: %s (train, root) on "
+                "gpu-a-004; nodes not drained: %s." % (job, ", ".join(leaving))) in said, said[-3000:]
+        nodesets = client.CustomObjectsApi(installed["api"]).list_namespaced_custom_object(
+            "slinky.slurm.net", "v1beta1", NAMESPACE, "nodesets")["items"]
+        assert "slurm-worker-gpu-a" in {item["metadata"]["name"] for item in nodesets}
+
+        refused = lab.playbook("resize-node-pool.yml", extra=resize)
+        said = " ".join(refused.output.split())
+        assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
+        assert ("pool gpu-a: jobs run on the nodes that would leave: %s (train, root) on gpu-a-004. Nothing was "
+                "changed." % job) in said, said[-3000:]
+        assert not [n.name for n in slurm.nodes().values() if "DRAIN" in n.flags], "a refused resize drained a node"
+
+        done = lab.playbook("resize-node-pool.yml", extra=dict(resize, evacuate_jobs=True, grace=2))
+        said = " ".join(done.output.split())
+        assert done.rc == 0, done.output[-4000:]
+        assert "drained, no job left: %s." % ", ".join(leaving) in said, said[-3000:]
+        assert ("Next: remove pool gpu-a from gpufleet_node_pools and rerun one-click-slurm.yml with "
+                "-e slurm_slinky_allow_pool_removal=true") in said
+        nodes = slurm.nodes()
+        assert all("DRAIN" in nodes[name].flags and nodes[name].reason == "gpufleet: pool gpu-a removed"
+                   and not nodes[name].jobs for name in leaving), {name: nodes[name].long_state for name in leaving}
+        assert job_state() != "RUNNING"
+
+        passed = lab.playbook("one-click-slurm.yml", "--tags", "storage,slurm", "--check", extra=dropped,
+                              timeout=900)
+        assert passed.rc == 0, passed.output[-4000:]
+    finally:
+        cluster.command("scancel", job)
+        cluster.command("scontrol", "update", "NodeName=" + ",".join(leaving), "State=RESUME")
