@@ -27,6 +27,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 # How a drill reaches Slurm: slurm_api and the rest_* options of the slurm_api doc fragment. The CLI's
 # slurm_conf and bin_dir are the chaos fragment's slurm_conf and slurm_bin_dir.
 SLURM_OPTIONS = ("slurm_api", *(name for name in SLURM_API_ARGS if name.startswith("rest_")))
+# Every Slurm setting a chaos context carries (and the warden's --slurm-settings takes).
+SLURM_SETTINGS = (*SLURM_OPTIONS, "slurm_conf", "slurm_bin_dir")
 
 
 def common_argspec(**extra: Any) -> Dict[str, Any]:
@@ -45,7 +47,7 @@ def common_argspec(**extra: Any) -> Dict[str, Any]:
 
 def slurm_settings(params: Mapping[str, Any]) -> Dict[str, Any]:
     """The Slurm options of a module's params, as a chaos context carries them."""
-    settings = {name: params.get(name) for name in (*SLURM_OPTIONS, "slurm_conf", "slurm_bin_dir")}
+    settings = {name: params.get(name) for name in SLURM_SETTINGS}
     settings["slurm_api"] = settings["slurm_api"] or "cli"
     return settings
 

@@ -40,7 +40,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.api impo
     rollback_entries,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
-    SLURM_OPTIONS,
+    SLURM_SETTINGS,
     drill_slurm,
     has_slurm,
 )
@@ -101,9 +101,8 @@ def parse_slurm_settings(text: Optional[str]) -> Dict[str, Any]:
         settings = json.loads(text)
     except ValueError as exc:
         raise FieldError("slurm_settings", "is not JSON: %s" % exc) from None
-    allowed = (*SLURM_OPTIONS, "slurm_conf", "slurm_bin_dir")
-    if not isinstance(settings, dict) or any(key not in allowed for key in settings):
-        raise FieldError("slurm_settings", "must be an object of %s" % ", ".join(allowed))
+    if not isinstance(settings, dict) or any(key not in SLURM_SETTINGS for key in settings):
+        raise FieldError("slurm_settings", "must be an object of %s" % ", ".join(SLURM_SETTINGS))
     return settings
 
 
