@@ -74,7 +74,7 @@ def test_the_filter_names_the_bad_argument_for_ansible():
 
     from ansible_collections.gpufleet.resilience.plugins.filter.slinky_scale_in import slinky_scale_in
 
-    with pytest.raises(AnsibleFilterError, match="^count: is required"):
+    with pytest.raises(AnsibleFilterError, match=r"^count: is required"):
         slinky_scale_in(NODES, "gpu-b")
     with pytest.raises(AnsibleFilterError, match="slurm_node_info's nodes"):
         slinky_scale_in({"nodes": NODES}, "gpu-b", remove=True)
