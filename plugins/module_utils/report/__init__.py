@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_or_none, write_atomic
@@ -41,21 +41,49 @@ FORMATS: Dict[str, Tuple[str, Callable[[Mapping[str, Any]], str]]] = {
 }
 
 
-def render(doc: Mapping[str, Any], formats: Sequence[str]) -> Dict[str, Tuple[str, str]]:
-    """format -> (file name, text), after ``document.check``."""
+# How many of an experiment's drills the HTML page's score trend shows, this one included.
+TREND_LAST = 10
+
+
+def trend_rows(doc: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """History rows of the drill's experiment, up to and including the drill: the drills of
+    ``earlier`` that started no later than it (so a page rendered again later shows the same
+    trend), another copy of the drill itself left out."""
+    started = document.number(doc.get("started_at")) or 0.0
+    before = [other for other in earlier if other.get("id") != doc.get("id")
+              and (document.number(other.get("started_at")) or 0.0) <= started]
+    rows = history.window(before, str(doc.get("experiment")), TREND_LAST - 1)
+    return [*rows, history.row(doc)]
+
+
+def render(doc: Mapping[str, Any], formats: Sequence[str],
+           earlier: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Tuple[str, str]]:
+    """format -> (file name, text), after ``document.check``. With ``earlier`` (the drill documents
+    already in the report directory), the HTML page also draws the score's trend."""
     document.check(doc)
     unknown = [name for name in formats if name not in FORMATS]
     if unknown:
         raise FieldError("formats", "unknown %s; choose from %s" % (", ".join(unknown), ", ".join(FORMATS)))
-    return {name: ("drill-%s%s" % (doc["id"], FORMATS[name][0]), FORMATS[name][1](doc))
-            for name in FORMATS if name in formats}
+    rendered = {}
+    for name in FORMATS:
+        if name not in formats:
+            continue
+        if name == "html" and earlier is not None:
+            text = html_page.render(doc, trend_rows(doc, earlier))
+        else:
+            text = FORMATS[name][1](doc)
+        rendered[name] = ("drill-%s%s" % (doc["id"], FORMATS[name][0]), text)
+    return rendered
 
 
 def write_reports(doc: Mapping[str, Any], dest: str, formats: Sequence[str], check_mode: bool) -> Dict[str, Any]:
     """Write the drill's reports into ``dest``; in check mode, only say which files would change."""
-    rendered = render(doc, formats)
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise FieldError("dest", "%s exists and is not a directory" % dest)
+    # The earlier drills for the HTML page's score trend; a file that is not a drill is skipped
+    # here (drill_history names it).
+    earlier = read_drills(dest)[0] if "html" in formats and os.path.isdir(dest) else []
+    rendered = render(doc, formats, earlier)
     files, changed = {}, []
     try:
         if not check_mode:

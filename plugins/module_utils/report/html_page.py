@@ -10,9 +10,14 @@ mail attachment. The content is the Markdown report's, from the same rows (``doc
 from __future__ import annotations
 
 import html
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.report import document, timeline_svg
+from ansible_collections.gpufleet.resilience.plugins.module_utils.report import (
+    document,
+    history,
+    score_svg,
+    timeline_svg,
+)
 
 CSS = """
 body { font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; color: #1b1b1b; margin: 2em auto;
@@ -71,7 +76,23 @@ def _gaps(doc: Mapping[str, Any]) -> str:
             esc(step), esc(what.rstrip(".")), esc(add)) for step, what, add in gaps)
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def _trend(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The score trend section: ``rows`` are history rows of the experiment's drills up to this one."""
+    scored = [row for row in rows if row.get("score") is not None]
+    experiment = str(doc.get("experiment") or "")
+    if not scored or scored[-1].get("id") != doc.get("id"):
+        return "<p>This drill has no resiliency score (a dry run, a refusal, or no loop step to score).</p>"
+    if len(scored) == 1:
+        return "<p>The first scored %s drill in this report directory: no trend yet.</p>" % esc(experiment)
+    trend = history.score_trend(scored)
+    return '<p>Score %s; the median of the %s before it here is %s (%+.1f).</p>\n<div id="score-trend">\n%s</div>' % (
+        esc("%g" % trend["newest"]), esc(document.plural(len(scored) - 1, "scored drill")),
+        esc("%g" % trend["median_before"]), trend["change"], score_svg.render(scored, trend["median_before"]))
+
+
+def render(doc: Mapping[str, Any], trend: Optional[Sequence[Mapping[str, Any]]] = None) -> str:
+    """The page; with ``trend`` (history rows of this experiment's drills up to this one, oldest
+    first, this one last), also the resiliency score's trend as a picture."""
     result = str(doc.get("result") or "unknown")
     body: List[str] = [
         '<h1 class="result-%s">%s</h1>' % (esc(result), esc(document.title(doc))),
@@ -89,6 +110,8 @@ def render(doc: Mapping[str, Any]) -> str:
         "<h2>Phases</h2>", table(document.PHASE_HEADER, document.phase_rows(doc)),
         "<h2>Simulated</h2>", bullets(doc.get("simulated") or [], "Nothing: every fault was real."),
     ]
+    if trend is not None:
+        body[4:4] = ['<h2 id="trend">Resiliency score trend</h2>', _trend(doc, trend)]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
