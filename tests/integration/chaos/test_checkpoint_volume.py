@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from lab_harness import REPO
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint, checkpoint_parse
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
 pytestmark = [pytest.mark.integration]
@@ -33,7 +33,7 @@ CTX = {"lab_dir": None, "slurm_conf": None, "check_mode": False}
 
 
 def mounts_on(point: Path) -> list:
-    return checkpoint.stacked(str(point), checkpoint.read_mounts())
+    return checkpoint_parse.stacked(str(point), checkpoint.read_mounts())
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def start_train_sim(point: Path, out: Path, *extra: str) -> subprocess.Popen:
 def wait_for_event(out: Path, name: str, after: int = 0, timeout: float = 20, **fields) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for event in checkpoint.parse_events(out.read_text())[after:]:
+        for event in checkpoint_parse.parse_events(out.read_text())[after:]:
             if event["event"] == name and all(str(event.get(k)) == str(v) for k, v in fields.items()):
                 return event
         time.sleep(0.05)
@@ -91,7 +91,7 @@ def test_fill_gets_below_leave_bytes_and_revert_leaves_the_volume_as_before(volu
     planned = checkpoint.plan(fill)
     assert planned["missing"] == []
     undo = checkpoint.inject(fill, CTX)
-    free = checkpoint.free_bytes(os.statvfs(volume))
+    free = checkpoint_parse.free_bytes(os.statvfs(volume))
     assert free < MIB and free == undo["free_after"]
     assert json.loads(json.dumps(undo)) == undo  # it goes into the ledger
     # Real bytes: a write larger than what is left fails the way a checkpoint save would.
@@ -136,7 +136,7 @@ def test_train_sim_reports_failed_saves_on_a_full_volume_and_keeps_its_last_good
     finally:
         rc = stop(proc)
     assert rc == 75
-    events = checkpoint.parse_events(out.read_text())
+    events = checkpoint_parse.parse_events(out.read_text())
     assert [e["event"] for e in events if e["event"] in ("error", "done")] == []
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output as outputs
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state as fgs
@@ -46,7 +47,7 @@ def test_gpu_burn_all_ok() -> None:
     text = burn_output(
         "100.0%  proc'd: 2400 (41002 Gflop/s) - 2310 (40512 Gflop/s)   errors: 0 - 0   temps: 66 C - 68 C \n",
         "Tested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n")
-    result = burn.parse_gpu_burn(text)
+    result = outputs.parse_gpu_burn(text)
     assert result["gpus"] == {0: "OK", 1: "OK"}
     assert result["faulty"] == []
     assert result["verdict"] == "ok"
@@ -65,7 +66,7 @@ def test_gpu_burn_one_faulty_although_it_exits_0() -> None:
         "100.0%  proc'd: 2400 (41002 Gflop/s) - 2310 (40512 Gflop/s)   errors: 0 - 7  (WARNING!)  "
         "temps: 66 C - 71 C \n",
         "Tested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: FAULTY\n")
-    result = burn.parse_gpu_burn(text)
+    result = outputs.parse_gpu_burn(text)
     assert result["gpus"] == {0: "OK", 1: "FAULTY"}
     assert result["faulty"] == [1]
     assert result["errors"] == [0, 7]
@@ -75,15 +76,15 @@ def test_gpu_burn_one_faulty_although_it_exits_0() -> None:
 
 def test_gpu_burn_without_result_lines_is_unknown_never_ok() -> None:
     # Cut off before the summary (killed by the time limit, or the log was truncated).
-    result = burn.parse_gpu_burn(BURN_HEADER + PROGRESS_50 + SUMMARY)
+    result = outputs.parse_gpu_burn(BURN_HEADER + PROGRESS_50 + SUMMARY)
     assert result["gpus"] == {} and result["faulty"] == []
     assert result["verdict"] == "unknown"
-    assert burn.parse_gpu_burn("")["verdict"] == "unknown"
+    assert outputs.parse_gpu_burn("")["verdict"] == "unknown"
 
 
 def test_gpu_burn_progress_line_alone() -> None:
     line = "100.0%  proc'd: 1234 (4567 Gflop/s) - 0 (0 Gflop/s)   errors: 0 - 3   temps: 65 C - 66 C"
-    result = burn.parse_gpu_burn(line)
+    result = outputs.parse_gpu_burn(line)
     assert result["processed"] == [1234, 0]
     assert result["gflops"] == [4567.0, 0.0]
     assert result["errors"] == [0, 3]
@@ -96,7 +97,7 @@ def test_gpu_burn_progress_the_last_record_counts_and_carriage_returns_split_rec
     text = ("10.0%  proc'd: 100 (40000 Gflop/s)   errors: 0   temps: 50 C \r"
             "20.0%  proc'd: 200 (41000 Gflop/s)   errors: 2   temps: 55 C \r"
             "Tested 1 GPUs:\n        GPU 0: FAULTY\n")
-    result = burn.parse_gpu_burn(text)
+    result = outputs.parse_gpu_burn(text)
     assert result["progress"] == 20.0 and result["errors"] == [2] and result["temps"] == [55]
     assert result["faulty"] == [0] and result["verdict"] == "faulty"
 
@@ -105,7 +106,7 @@ def test_gpu_burn_negative_error_counts_and_died_processes() -> None:
     text = ("Couldn't init a GPU test: Error in \"load module\": \n"
             "100.0%  proc'd: -1 (0 Gflop/s) - 0 (0 Gflop/s)   errors: -5242880  (DIED!)- 0   temps: 33 C - 29 C \n"
             "Tested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n")
-    result = burn.parse_gpu_burn(text)
+    result = outputs.parse_gpu_burn(text)
     assert result["errors"] == [-5242880, 0]
     assert result["died"] == [0]
     assert result["processed"] == [-1, 0]
@@ -115,15 +116,15 @@ def test_gpu_burn_negative_error_counts_and_died_processes() -> None:
 
 
 def test_gpu_burn_fewer_results_than_tested_is_unknown() -> None:
-    result = burn.parse_gpu_burn("Tested 4 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n")
+    result = outputs.parse_gpu_burn("Tested 4 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n")
     assert result["verdict"] == "unknown"
 
 
 def test_parse_output_dispatches_on_the_tool() -> None:
-    assert burn.parse_output("Tested 1 GPUs:\n\tGPU 0: OK\n")["verdict"] == "ok"
-    assert burn.parse_output("", "dcgm_diag")["verdict"] == "unknown"
+    assert outputs.parse_output("Tested 1 GPUs:\n\tGPU 0: OK\n")["verdict"] == "ok"
+    assert outputs.parse_output("", "dcgm_diag")["verdict"] == "unknown"
     with pytest.raises(FieldError) as err:
-        burn.parse_output("", "stress")
+        outputs.parse_output("", "stress")
     assert err.value.field == "tool"
 
 
@@ -193,7 +194,7 @@ DIAG_4X = "\n".join([
 
 
 def test_dcgm_diag_3x_per_gpu_results_details_and_verdict() -> None:
-    result = burn.parse_dcgm_diag(DIAG_3X)
+    result = outputs.parse_dcgm_diag(DIAG_3X)
     tests = {test["name"]: test for test in result["tests"]}
     assert list(tests) == ["Denylist", "Inforom", "PCIe", "GPU Memory", "Diagnostic", "Targeted Stress",
                            "Targeted Power"]
@@ -214,7 +215,7 @@ def test_dcgm_diag_3x_per_gpu_results_details_and_verdict() -> None:
 
 
 def test_dcgm_diag_4x_all_pass() -> None:
-    result = burn.parse_dcgm_diag(DIAG_4X)
+    result = outputs.parse_dcgm_diag(DIAG_4X)
     assert [test["name"] for test in result["tests"]] == ["software", "memory", "targeted_power"]
     assert all(test["gpus"] == {0: "Pass", 1: "Pass"} for test in result["tests"])
     assert result["verdict"] == "pass"
@@ -223,17 +224,17 @@ def test_dcgm_diag_4x_all_pass() -> None:
 def test_dcgm_diag_4x_one_gpu_failing_fails_the_test() -> None:
     text = DIAG_4X.replace(diag_row("", "GPU1: Pass") + "\n" + diag_section("Stress"),
                            diag_row("", "GPU1: Fail") + "\n" + diag_section("Stress"))
-    result = burn.parse_dcgm_diag(text)
+    result = outputs.parse_dcgm_diag(text)
     assert result["failed"] == ["memory"]
     assert result["verdict"] == "fail"
 
 
 def test_dcgm_diag_nothing_run_or_all_skipped_is_unknown() -> None:
-    assert burn.parse_dcgm_diag("Error: unable to establish a connection to the host engine.") == {
+    assert outputs.parse_dcgm_diag("Error: unable to establish a connection to the host engine.") == {
         "tool": "dcgm_diag", "tests": [], "failed": [], "warned": [], "passed": [], "skipped": [], "metadata": {},
         "errors": ["Error: unable to establish a connection to the host engine."], "verdict": "unknown"}
     skipped = "\n".join([BORDER, diag_section("Stress"), diag_row("Targeted Stress", "Skip - All"), BORDER])
-    assert burn.parse_dcgm_diag(skipped)["verdict"] == "unknown"
+    assert outputs.parse_dcgm_diag(skipped)["verdict"] == "unknown"
 
 
 # ---------------------------------------------------------------- checking the spec

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint, checkpoint_parse
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmCommandError
@@ -60,7 +60,7 @@ def test_train_sim_lines_parse_into_events() -> None:
         ("checkpoint_failed", {"step": 10, "reason": "ENOSPC", "kept": "ckpt-000000005.json"}),
         ("checkpoint_failed", {"step": 15, "reason": "EROFS", "kept": "-", "left": ".ckpt-000000015.json.1.tmp"}),
     )
-    events = checkpoint.parse_events(text)
+    events = checkpoint_parse.parse_events(text)
     assert [e["event"] for e in events] == ["skip_partial", "resume", "checkpoint_begin", "checkpoint_failed",
                                             "checkpoint_failed"]
     assert events[0]["file"] == ".ckpt-000000010.json.4242.tmp"
@@ -69,26 +69,27 @@ def test_train_sim_lines_parse_into_events() -> None:
     assert (events[3]["reason"], events[3]["kept"]) == ("ENOSPC", "ckpt-000000005.json")
     assert events[4]["left"] == ".ckpt-000000015.json.1.tmp"
     assert isinstance(events[2]["time"], float)
-    assert [e["step"] for e in checkpoint.parse_events(text, ("checkpoint_failed",))] == [10, 15]
+    assert [e["step"] for e in checkpoint_parse.parse_events(text, ("checkpoint_failed",))] == [10, 15]
 
 
 @pytest.mark.parametrize("line", ["", "   ", "Traceback (most recent call last):", "step step=x time=1",
                                   "key=value step=1", "checkpoint_begin step=", "checkpoint_begin =3",
                                   "slurmstepd: error: *** JOB 12 ON gpu-a-001 CANCELLED ***"])
 def test_lines_that_are_not_train_sim_events_are_ignored(line: str) -> None:
-    assert checkpoint.parse_event(line) is None
+    assert checkpoint_parse.parse_event(line) is None
 
 
 def test_the_tracker_knows_when_a_save_is_in_progress() -> None:
     begin10 = ("checkpoint_begin", {"step": 10, "file": "ckpt-000000010.json"})
-    assert checkpoint.save_in_progress(log_lines(begin10)) == 10
-    assert checkpoint.save_in_progress(log_lines(begin10, ("checkpoint", {"step": 10, "file": "x"}))) is None
-    assert checkpoint.save_in_progress(log_lines(
+    assert checkpoint_parse.save_in_progress(log_lines(begin10)) == 10
+    assert checkpoint_parse.save_in_progress(log_lines(begin10, ("checkpoint", {"step": 10, "file": "x"}))) is None
+    assert checkpoint_parse.save_in_progress(log_lines(
         begin10, ("checkpoint_failed", {"step": 10, "reason": "ENOSPC", "kept": "-"}))) is None
     # A killed run's half save is over once the job runs again.
-    assert checkpoint.save_in_progress(log_lines(begin10, ("resume", {"step": 5, "source": "x", "steps": 9}))) is None
-    tracker = checkpoint.SaveTracker()
-    for event in checkpoint.parse_events(log_lines(
+    resumed = log_lines(begin10, ("resume", {"step": 5, "source": "x", "steps": 9}))
+    assert checkpoint_parse.save_in_progress(resumed) is None
+    tracker = checkpoint_parse.SaveTracker()
+    for event in checkpoint_parse.parse_events(log_lines(
             ("start", {"step": 0, "steps": 30}), ("checkpoint_begin", {"step": 5, "file": "a"}),
             ("checkpoint", {"step": 5, "file": "a"}), begin10,
             ("checkpoint_failed", {"step": 10, "reason": "EIO", "kept": "a"}),
@@ -110,7 +111,7 @@ MOUNTINFO = """\
 
 
 def test_mountinfo_parses_optional_fields_escapes_and_stacking() -> None:
-    mounts = checkpoint.parse_mountinfo(MOUNTINFO)
+    mounts = checkpoint_parse.parse_mountinfo(MOUNTINFO)
     assert len(mounts) == 6
     tmpfs = mounts[3]
     assert (tmpfs["mount_id"], tmpfs["parent_id"], tmpfs["device"], tmpfs["fstype"], tmpfs["source"]) == (
@@ -119,13 +120,13 @@ def test_mountinfo_parses_optional_fields_escapes_and_stacking() -> None:
     assert mounts[5]["mount_point"] == "/mnt/my disk"
     point = "/var/tmp/lab/storage/checkpoints"
     # Stacked: the one listed last is on top, and it is read-only.
-    top = checkpoint.mount_for(point + "/job-1/ckpt-000000005.json", mounts)
-    assert top["mount_id"] == 61 and checkpoint.read_only(top)
-    assert [m["mount_id"] for m in checkpoint.stacked(point, mounts)] == [60, 61]
-    assert checkpoint.mount_for("/var/tmp/lab/storage/checkpointsX", mounts)["mount_point"] == "/"
-    assert checkpoint.mount_for("/mnt/my disk/x", mounts)["device"] == "8:17"
+    top = checkpoint_parse.mount_for(point + "/job-1/ckpt-000000005.json", mounts)
+    assert top["mount_id"] == 61 and checkpoint_parse.read_only(top)
+    assert [m["mount_id"] for m in checkpoint_parse.stacked(point, mounts)] == [60, 61]
+    assert checkpoint_parse.mount_for("/var/tmp/lab/storage/checkpointsX", mounts)["mount_point"] == "/"
+    assert checkpoint_parse.mount_for("/mnt/my disk/x", mounts)["device"] == "8:17"
     assert checkpoint.cgroup2_root(mounts) == "/sys/fs/cgroup/unified"
-    assert not checkpoint.read_only(mounts[3])
+    assert not checkpoint_parse.read_only(mounts[3])
 
 
 # ---- fill arithmetic -----------------------------------------------------------------------------
@@ -138,46 +139,46 @@ def test_mountinfo_parses_optional_fields_escapes_and_stacking() -> None:
     (0, 0, 4096, 0),
 ])
 def test_fill_size(free: int, leave: int, block: int, size: int) -> None:
-    assert checkpoint.fill_size(free, leave, block) == size
+    assert checkpoint_parse.fill_size(free, leave, block) == size
 
 
 @given(blocks=st.integers(0, 10 ** 7), leave=st.integers(0, 10 ** 10), block=st.sampled_from([512, 4096, 65536]))
 def test_a_fill_leaves_less_than_asked_but_never_more_than_a_block_less(blocks: int, leave: int, block: int) -> None:
     free = blocks * block
-    size = checkpoint.fill_size(free, leave, block)
+    size = checkpoint_parse.fill_size(free, leave, block)
     assert 0 <= size <= free and size % block == 0
-    assert checkpoint.below(free - size, leave)
+    assert checkpoint_parse.below(free - size, leave)
     if size:
         assert free - size + block >= leave  # the smallest fill that gets there
 
 
 # ---- io.max --------------------------------------------------------------------------------------
 def test_io_max_lines() -> None:
-    assert checkpoint.io_max_line("8:0", "1048576", None) == "8:0 rbps=1048576"
-    assert checkpoint.io_max_line("259:0", "max", "2097152") == "259:0 rbps=max wbps=2097152"
+    assert checkpoint_parse.io_max_line("8:0", "1048576", None) == "8:0 rbps=1048576"
+    assert checkpoint_parse.io_max_line("259:0", "max", "2097152") == "259:0 rbps=max wbps=2097152"
     with pytest.raises(FieldError):
-        checkpoint.io_max_line("sda", "1", None)
+        checkpoint_parse.io_max_line("sda", "1", None)
     with pytest.raises(FieldError, match=r"params\.rbps"):
-        checkpoint.io_max_line("8:0", None, None)
+        checkpoint_parse.io_max_line("8:0", None, None)
     text = "8:0 rbps=1048576 wbps=max riops=max wiops=max\n259:0 rbps=max wbps=10 riops=max wiops=max\n"
-    assert checkpoint.parse_io_max(text) == {"8:0": "8:0 rbps=1048576 wbps=max riops=max wiops=max",
+    assert checkpoint_parse.parse_io_max(text) == {"8:0": "8:0 rbps=1048576 wbps=max riops=max wiops=max",
                                              "259:0": "259:0 rbps=max wbps=10 riops=max wiops=max"}
-    assert checkpoint.parse_io_max("") == {}
-    assert checkpoint.restore_line("8:0", None) == "8:0 rbps=max wbps=max riops=max wiops=max"
-    assert checkpoint.restore_line("8:0", "8:0 rbps=5 wbps=max riops=max wiops=max").endswith("rbps=5 wbps=max "
+    assert checkpoint_parse.parse_io_max("") == {}
+    assert checkpoint_parse.restore_line("8:0", None) == "8:0 rbps=max wbps=max riops=max wiops=max"
+    assert checkpoint_parse.restore_line("8:0", "8:0 rbps=5 wbps=max riops=max wiops=max").endswith("rbps=5 wbps=max "
                                                                                               "riops=max wiops=max")
 
 
 @pytest.mark.parametrize(("value", "rate"), [(1, "1"), ("10M", str(10 * MIB)), ("2k", "2048"), ("max", "max"),
                                              ("MAX", "max"), (None, None)])
 def test_rates(value, rate) -> None:
-    assert checkpoint.parse_rate(value, "params.rbps") == rate
+    assert checkpoint_parse.parse_rate(value, "params.rbps") == rate
 
 
 @pytest.mark.parametrize("value", [0, -1, True, "fast", "1.5M", "0K"])
 def test_bad_rates_name_their_field(value) -> None:
     with pytest.raises(FieldError, match=r"params\.wbps"):
-        checkpoint.parse_rate(value, "params.wbps")
+        checkpoint_parse.parse_rate(value, "params.wbps")
 
 
 # ---- input checks --------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def mounts_for(volume: Path, device: str = "0:45", fstype: str = "tmpfs", stacke
     text += "60 27 %s / %s rw,relatime - %s gpufleet-lab-checkpoints rw,size=4096k\n" % (device, volume, fstype)
     if stacked_ro:
         text += "61 60 %s / %s ro,relatime - %s gpufleet-lab-checkpoints rw,size=4096k\n" % (device, volume, fstype)
-    return checkpoint.parse_mountinfo(text)
+    return checkpoint_parse.parse_mountinfo(text)
 
 
 class FakeVolume:
@@ -260,14 +261,14 @@ def test_fill_leaves_less_than_asked_and_revert_gives_it_back(volume: FakeVolume
     before = volume.statvfs(volume.root)
     fill = spec("checkpoint_fill", path=str(volume.root), leave_bytes=256 * 1024)
     undo = checkpoint.inject(fill, CTX)
-    free = checkpoint.free_bytes(volume.statvfs(volume.root))
+    free = checkpoint_parse.free_bytes(volume.statvfs(volume.root))
     assert free < 256 * 1024 and undo["free_after"] == free
     assert undo["filler"] == str(volume.root / ".gpufleet-chaos-fill-f-20261130-1-gpu-a-001")
     assert Path(undo["filler"]).stat().st_size == undo["bytes"] > 3 * MIB
-    assert undo["free_before"] == checkpoint.free_bytes(before)
+    assert undo["free_before"] == checkpoint_parse.free_bytes(before)
     # Injected twice (a retried drill): still one filler, still below.
     again = checkpoint.inject(fill, CTX)
-    assert again["filler"] == undo["filler"] and checkpoint.free_bytes(volume.statvfs(volume.root)) < 256 * 1024
+    assert again["filler"] == undo["filler"] and checkpoint_parse.free_bytes(volume.statvfs(volume.root)) < 256 * 1024
     assert checkpoint.revert(dict(fill, **undo), CTX) == {"reverted": ["deleted %s" % undo["filler"]],
                                                           "already": False}
     assert volume.statvfs(volume.root) == before
@@ -308,7 +309,7 @@ def test_fill_refuses_a_directory_that_is_not_its_own_mount(volume, monkeypatch)
         checkpoint.inject(spec("checkpoint_fill", path=str(sub)), CTX)
     assert caught.value.field == "params.path"
     # The root filesystem never, even when shared filesystems are allowed.
-    monkeypatch.setattr(checkpoint, "read_mounts", lambda: checkpoint.parse_mountinfo(
+    monkeypatch.setattr(checkpoint, "read_mounts", lambda: checkpoint_parse.parse_mountinfo(
         "27 1 254:0 / / rw - ext4 /dev/vda rw\n"))
     with pytest.raises(FieldError, match="root filesystem"):
         checkpoint.inject(spec("checkpoint_fill", path=str(sub), allow_shared_filesystem=True), CTX)
@@ -409,7 +410,7 @@ def test_cut_remounts_read_only_and_back(mounts: FakeMount) -> None:
     point = str(mounts.root)
     assert (undo["method"], undo["was_rw"], undo["mountpoint"]) == ("remount", True, point)
     assert mounts.ran == [["mount", "-o", "remount,ro", point]]
-    assert checkpoint.read_only(mounts.read()[-1])
+    assert checkpoint_parse.read_only(mounts.read()[-1])
     assert checkpoint.revert(dict(cut, **undo), CTX)["reverted"] == ["mount -o remount,rw %s" % point]
     assert checkpoint.revert(dict(cut, **undo), CTX)["already"] is True
     assert mounts.ran[1:] == [["mount", "-o", "remount,rw", point]]
@@ -424,7 +425,7 @@ def test_cut_of_a_busy_volume_stacks_a_read_only_bind_mount(mounts: FakeMount) -
     assert (undo["method"], undo["mount_id"]) == ("bind", 61)
     assert "busy" in undo["remount_refused"]
     assert mounts.ran[1:] == [["mount", "--bind", point, point], ["mount", "-o", "remount,bind,ro", point]]
-    assert checkpoint.read_only(checkpoint.mount_for(point, mounts.read()))
+    assert checkpoint_parse.read_only(checkpoint_parse.mount_for(point, mounts.read()))
     assert checkpoint.revert(dict(cut, **undo), CTX)["reverted"] == ["umount %s (the read-only bind mount)" % point]
     assert checkpoint.revert(dict(cut, **undo), CTX)["already"] is True
     assert mounts.read() == mounts_for(mounts.root)
@@ -482,7 +483,7 @@ def disk(tmp_path, monkeypatch) -> SimpleNamespace:
     job.mkdir(parents=True)
     (job / "io.max").write_text("")
     (cgroups / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    table = checkpoint.parse_mountinfo(
+    table = checkpoint_parse.parse_mountinfo(
         "27 1 254:0 / / rw - ext4 /dev/vda rw\n41 27 0:38 / %s rw - cgroup2 cgroup2 rw\n"
         "60 27 8:1 / %s rw - xfs /dev/sda1 rw\n" % (cgroups, root))
     monkeypatch.setattr(checkpoint, "read_mounts", lambda: table)
