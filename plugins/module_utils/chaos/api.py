@@ -33,8 +33,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
     drill_slurm,
     has_slurm,
-    slurm_settings,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, from_params
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_target
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
@@ -150,13 +150,6 @@ def revert_here(entry: Mapping[str, Any]) -> bool:
     if spec.get("lab_dir") or not entry.get("on_host") or not entry.get("host"):
         return True
     return _is_this_host(entry["host"])
-
-
-def _ctx(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
-    return {"lab_dir": params.get("lab_dir"), **slurm_settings(params), "check_mode": check_mode,
-            "kubeconfig": params.get("kubeconfig"), "context": params.get("context"),
-            "kube_timeout": kube_timeouts(params),
-            "namespace": params.get("chaos_namespace") or "gpufleet-chaos"}
 
 
 def check_drill(drill: Any, *keys: str) -> Mapping[str, Any]:
@@ -433,7 +426,7 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
     for node in drill.get("targets") or []:
         check_node_name(node, "drill.targets")
     store = ledger_store(params)
-    ctx = _ctx(params, check_mode)
+    ctx = from_params(params, check_mode)
     family = FAMILIES[drill["family"]]
     experiment = experiments.get(drill["experiment"])
     nodes = list(drill["targets"])
@@ -488,7 +481,7 @@ def _fault_row(entry: Mapping[str, Any], **outcome: Any) -> Dict[str, Any]:
     return row
 
 
-def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], how: str) -> Dict[str, Any]:
+def revert_entry(store: Any, entry: Mapping[str, Any], ctx: FaultContext, how: str) -> Dict[str, Any]:
     """Revert one ledger entry. A failure stays in the ledger (rollback_failed), for the next try."""
     family = FAMILIES.get(entry.get("family") or "")
     undo = dict(entry.get("spec") or {})
@@ -501,7 +494,7 @@ def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], h
                                 "(delegate to %s, or playbooks/chaos-stop.yml with %s in the inventory); this is "
                                 "%s, nothing was reverted here" % (entry["id"], entry["host"], entry["host"],
                                                                    entry["host"], this_host()))
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         return _fault_row(entry, rolled_back_at=None, rollback="planned", actions=["(check mode)"])
     try:
         if family is None:
@@ -520,7 +513,7 @@ def revert_entry(store: Any, entry: Mapping[str, Any], ctx: Mapping[str, Any], h
     return _fault_row(entry, rolled_back_at=at, rollback="done", actions=reverted, **seen)
 
 
-def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: Mapping[str, Any],
+def rollback_entries(store: Any, entries: List[Dict[str, Any]], ctx: FaultContext,
                      how: str) -> List[Dict[str, Any]]:
     return [revert_entry(store, entry, ctx, how) for entry in entries]
 
@@ -533,7 +526,7 @@ def rollback(params: Mapping[str, Any], check_mode: bool) -> Dict[str, Any]:
     fault_id = params.get("fault_id")
     entries = [f for f in ledger.faults(data).values() if (drill_id is None or f.get("drill") == drill_id)
                and (fault_id is None or f.get("id") == fault_id)]
-    results = rollback_entries(store, entries, _ctx(params, check_mode), params.get("how") or "drill")
+    results = rollback_entries(store, entries, from_params(params, check_mode), params.get("how") or "drill")
     # Faults of this drill that something else (the watchdog) already rolled back.
     for done in ledger.history(_read(store)):
         if drill_id and done.get("drill") == drill_id and done["id"] not in {r["id"] for r in results} \
@@ -558,7 +551,7 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     state = params.get("state") or "read"
     store = ledger_store(params)
-    ctx = _ctx(params, check_mode)
+    ctx = from_params(params, check_mode)
     result: Dict[str, Any] = {"changed": False}
     if state == "stopped":
         if not check_mode:
@@ -592,7 +585,7 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
     return result
 
 
-def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wait: bool,
+def watch_expiry(store: Any, ctx: FaultContext, drill_id: Optional[str], wait: bool,
                  sleep: Callable[[float], None]) -> List[Dict[str, Any]]:
     """Roll back the faults whose duration is over. With ``wait`` (the watchdog: an async task the
     drill starts right after its gate, before anything is injected) keep watching while the drill
@@ -608,7 +601,7 @@ def watch_expiry(store: Any, ctx: Mapping[str, Any], drill_id: Optional[str], wa
         data = _read(store)
         left = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
         drill = ledger.drills(data).get(drill_id or "")
-        if drill and not left and drill.get("expires_at", now) <= now and not ctx.get("check_mode"):
+        if drill and not left and drill.get("expires_at", now) <= now and not ctx.check_mode:
             store.update(lambda d, i=drill["id"]: (ledger.remove_drill(d, i), None))
             drill = None
         if not wait or not (left or drill):

@@ -62,10 +62,6 @@ def drill_slurm(settings: Mapping[str, Any], check_mode: bool = False,
     return slurm_client(options, run=run, check_mode=check_mode)
 
 
-def context_slurm(ctx: Mapping[str, Any]) -> AnySlurmClient:
-    """The Slurm client of a fault's context: its Slurm settings, check mode and run function."""
-    return drill_slurm(ctx, check_mode=bool(ctx.get("check_mode")), run=ctx.get("run"))
-
 
 def has_slurm(settings: Mapping[str, Any]) -> bool:
     """Whether a Slurm was named (a slurm.conf, or slurmrestd): steady state and probes read it then."""

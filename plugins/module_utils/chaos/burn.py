@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.burn_output import TOOLS
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
@@ -363,26 +363,26 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
     return result
 
 
-def pending_undo(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def pending_undo(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """What revert needs if inject never returns (a crash): the names inject is about to use."""
-    burn = check_spec(spec, lab=bool(ctx.get("lab_dir")), namespace=ctx.get("namespace"))
+    burn = check_spec(spec, lab=bool(ctx.lab_dir), namespace=ctx.namespace)
     undo: Dict[str, Any] = {"via": burn.via, "node": burn.node, "fault_id": burn.fault_id}
     if burn.via == "slurm":
         undo.update(job_id=None, job_name=burn.job_name)
     elif burn.via == "kubernetes":
         undo.update(namespace=burn.namespace, pod=burn.pod_name)
     else:
-        state_dir = os.path.join(str(ctx.get("lab_dir") or ""), "gpus", burn.node)
+        state_dir = os.path.join(str(ctx.lab_dir or ""), "gpus", burn.node)
         undo.update(state_dir=state_dir, journal=journal_path(state_dir, burn.fault_id))
         if burn.neighbour_job:
             undo["neighbour"] = {"via": "slurm", "job_id": None, "job_name": burn.job_name}
     return undo
 
 
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Start the burn; returns the undo for the ledger. Every check runs before any change."""
-    lab_dir = ctx.get("lab_dir")
-    burn = check_spec(spec, lab=bool(lab_dir), namespace=ctx.get("namespace"))
+    lab_dir = ctx.lab_dir
+    burn = check_spec(spec, lab=bool(lab_dir), namespace=ctx.namespace)
     if burn.via == "lab":
         if not lab_dir:
             raise FieldError("params.via", "lab writes the lab's fake GPU state; a real site has real GPUs: use via "
@@ -393,7 +393,7 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     return _inject_kubernetes(burn, ctx)
 
 
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Stop the burn and undo its effect; idempotent.
 
     ``undo`` is what inject returned, merged with the spec; after a crash mid-inject it may be the
@@ -410,7 +410,7 @@ def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     raise FieldError("via", "the burn's undo names no way it ran (slurm, kubernetes, lab): %r" % (via,))
 
 
-def _complete_undo(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _complete_undo(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     merged = dict(undo)
     if merged.get("via") in VIAS and ("job_name" in merged or "pod" in merged or "state_dir" in merged):
         return merged
@@ -437,7 +437,7 @@ def _submit(client: AnySlurmClient, burn: Burn, gpu_count: int, wrap: Optional[L
             "command": list(result.argv), "ran": result.ran}
 
 
-def _inject_slurm(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_slurm(burn: Burn, ctx: FaultContext) -> Dict[str, Any]:
     client = context_slurm(ctx)
     count = len(burn.gpus) if burn.gpus is not None else _slurm_gpu_count(client, burn.node)
     undo = _submit(client, burn, count)
@@ -445,7 +445,7 @@ def _inject_slurm(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
     return undo
 
 
-def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _revert_slurm(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     client = context_slurm(ctx)
     job_id = undo.get("job_id")
     ids = check_job_ids([job_id], field="job_id") if job_id else []
@@ -465,18 +465,18 @@ def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, 
 
 
 # -- via kubernetes -------------------------------------------------------------------------------
-def _core_v1(ctx: Mapping[str, Any]) -> Any:
-    if ctx.get("core_v1") is not None:
-        return ctx["core_v1"]
-    kubeconfig = ctx.get("kubeconfig")
-    if not kubeconfig and ctx.get("lab_dir"):
-        kubeconfig = os.path.join(str(ctx["lab_dir"]), "kube", "admin.kubeconfig")
-    return core_v1(kubeconfig, ctx.get("context"), ctx.get("kube_timeout"))
+def _core_v1(ctx: FaultContext) -> Any:
+    if ctx.core_v1 is not None:
+        return ctx.core_v1
+    kubeconfig = ctx.kubeconfig
+    if not kubeconfig and ctx.lab_dir:
+        kubeconfig = os.path.join(str(ctx.lab_dir), "kube", "admin.kubeconfig")
+    return core_v1(kubeconfig, ctx.context, ctx.kube_timeout)
 
 
-def _dry_run(ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _dry_run(ctx: FaultContext) -> Dict[str, Any]:
     # Check mode asks the API server to validate without persisting (server-side dry run).
-    return {"dry_run": "All"} if ctx.get("check_mode") else {}
+    return {"dry_run": "All"} if ctx.check_mode else {}
 
 
 def _allocatable_gpus(api: Any, node: str) -> int:
@@ -496,7 +496,7 @@ def _allocatable_gpus(api: Any, node: str) -> int:
     return int(value)
 
 
-def _inject_kubernetes(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_kubernetes(burn: Burn, ctx: FaultContext) -> Dict[str, Any]:
     api = _core_v1(ctx)
     count = len(burn.gpus) if burn.gpus is not None else _allocatable_gpus(api, burn.node)
     body = pod_manifest(burn, count)
@@ -512,10 +512,10 @@ def _inject_kubernetes(burn: Burn, ctx: Mapping[str, Any]) -> Dict[str, Any]:
         raise unreachable(exc, what) from exc
     return {"via": "kubernetes", "node": burn.node, "fault_id": burn.fault_id, "namespace": burn.namespace,
             "pod": burn.pod_name, "gpu_count": count, "tool": burn.tool, "existed": existed,
-            "check_mode": bool(ctx.get("check_mode"))}
+            "check_mode": bool(ctx.check_mode)}
 
 
-def _revert_kubernetes(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _revert_kubernetes(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     api = _core_v1(ctx)
     namespace, name = str(undo["namespace"]), str(undo["pod"])
     what = "delete Pod %s/%s" % (namespace, name)
@@ -527,7 +527,7 @@ def _revert_kubernetes(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[
         raise api_failure(exc, what) from exc
     except TransportError as exc:
         raise unreachable(exc, what) from exc
-    return {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.get("check_mode") else "deleted", namespace, name)],
+    return {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.check_mode else "deleted", namespace, name)],
             "already": False}
 
 
@@ -557,7 +557,7 @@ def _write_journal(path: str, undo: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _inject_lab(burn: Burn, lab_dir: str, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_lab(burn: Burn, lab_dir: str, ctx: FaultContext) -> Dict[str, Any]:
     state_dir = _lab_state_dir(lab_dir, burn.node)
     state = fake_gpu_state.read(state_dir)
     count = int(state["node"]["count"])
@@ -576,7 +576,7 @@ def _inject_lab(burn: Burn, lab_dir: str, ctx: Mapping[str, Any]) -> Dict[str, A
     undo: Dict[str, Any] = {"via": "lab", "node": burn.node, "fault_id": burn.fault_id, "state_dir": state_dir,
                             "journal": journal, "gpus": saved, "neighbour": (earlier or {}).get("neighbour"),
                             "tool": burn.tool}
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         return dict(undo, check_mode=True)
     if burn.neighbour_job and not undo["neighbour"]:
         # Written before sbatch, so revert looks for the job by name even if the id never comes back.
@@ -600,8 +600,8 @@ def _inject_lab(burn: Burn, lab_dir: str, ctx: Mapping[str, Any]) -> Dict[str, A
     return undo
 
 
-def _revert_lab(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    check_mode = bool(ctx.get("check_mode"))
+def _revert_lab(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
+    check_mode = bool(ctx.check_mode)
     state_dir = str(undo["state_dir"])
     journal = str(undo.get("journal") or journal_path(state_dir, str(undo.get("fault_id"))))
     recorded = _read_journal(journal)

@@ -46,7 +46,6 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.checkpoint_parse import (
     SaveTracker,
     below,
@@ -64,6 +63,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.checkpoi
     restore_line,
     stacked,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
@@ -300,7 +300,7 @@ def io_controller_available() -> bool:
 
 
 # -- inject ----------------------------------------------------------------------------------------
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Do it; return the undo that goes into the ledger. Bad input raises FieldError before any change."""
     params = check_params(spec)
     name = spec["experiment"]
@@ -315,11 +315,11 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     return _inject_slow(params, mount, ctx)
 
 
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Idempotent; ``undo`` is the spec merged with what inject returned (only the spec after a crash
     mid-inject). Returns {"reverted": [what], "already": bool}."""
     name = _experiment(undo)
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         return {"reverted": [], "already": False, "check_mode": True}
     if name == KILL:
         return _revert_kill(undo)
@@ -352,14 +352,14 @@ class CommandFailed(GpufleetError):
 
 # -- fill ------------------------------------------------------------------------------------------
 def _inject_fill(params: Mapping[str, Any], fault_id: str, mount: Mapping[str, Any],
-                 ctx: Mapping[str, Any]) -> Dict[str, Any]:
+                 ctx: FaultContext) -> Dict[str, Any]:
     path, leave = params["path"], params["leave_bytes"]
     filler = filler_path(path, fault_id)
     stat = os.statvfs(path)
     undo: Dict[str, Any] = {"experiment": FILL, "path": path, "filler": filler, "leave_bytes": leave,
                             "mount_point": mount["mount_point"], "free_before": free_bytes(stat),
                             "size_bytes": int(stat.f_blocks) * int(stat.f_frsize)}
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         undo.update(check_mode=True, bytes=fill_size(undo["free_before"], leave, stat.f_frsize))
         return undo
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -424,14 +424,14 @@ def _revert_fill(undo: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 # -- cut -------------------------------------------------------------------------------------------
-def _inject_cut(params: Mapping[str, Any], mount: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_cut(params: Mapping[str, Any], mount: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     point = mount["mount_point"]
     undo: Dict[str, Any] = {"experiment": STORAGE, "mode": "cut", "mountpoint": point, "path": params["path"],
                             "fstype": mount["fstype"], "source": mount["source"], "was_rw": not read_only(mount)}
     if not undo["was_rw"]:
         undo["method"] = None  # already read-only: nothing done, nothing to undo
         return undo
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         undo.update(check_mode=True, method="remount")
         return undo
     try:
@@ -527,7 +527,7 @@ def find_job_cgroup(root: str, job_id: str, max_depth: int = 5) -> Optional[str]
     return None
 
 
-def _inject_slow(params: Mapping[str, Any], mount: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_slow(params: Mapping[str, Any], mount: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     if not _has_block_device(mount):
         raise GpufleetError(
             "missing capability: %s is %s (%s) with no block device behind it (device %s), so cgroup v2 io.max "
@@ -554,7 +554,7 @@ def _inject_slow(params: Mapping[str, Any], mount: Mapping[str, Any], ctx: Mappi
     line = io_max_line(device, params.get("rbps"), params.get("wbps"))
     undo = {"experiment": STORAGE, "mode": "slow", "cgroup": cgroup, "io_max": io_max, "device": device,
             "previous": previous, "line": line, "path": params["path"]}
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         undo["check_mode"] = True
         return undo
     _write_io_max(io_max, line)
@@ -623,7 +623,7 @@ class _Follower:
         return lines
 
 
-def _inject_kill(params: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_kill(params: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     job_id = params["job_id"]
     client = context_slurm(ctx)
     output = params.get("output") or job_output(client, job_id)
@@ -640,7 +640,7 @@ def _inject_kill(params: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str,
     previous = tracker.last_saved
     undo: Dict[str, Any] = {"experiment": KILL, "job_id": job_id, "output": output, "killed_step": None,
                             "previous_checkpoint_step": previous}
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         undo["check_mode"] = True
         return undo
     follower = _Follower(output, cut)

@@ -23,6 +23,7 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_lookup import xid_info
@@ -160,22 +161,22 @@ def _backends(spec: Mapping[str, Any], lab: bool) -> List[str]:
     return listed
 
 
-def _state_dir(ctx: Mapping[str, Any], node: str) -> str:
-    path = os.path.join(ctx["lab_dir"], "gpus", node)
+def _state_dir(ctx: FaultContext, node: str) -> str:
+    path = os.path.join(ctx.lab_dir, "gpus", node)
     if not os.path.isdir(path):
         raise FieldError("target", "%s has no simulated GPUs in %s" % (node, path))
     return path
 
 
-def _kernel_log(ctx: Mapping[str, Any], node: str) -> str:
+def _kernel_log(ctx: FaultContext, node: str) -> str:
     # The lab's agents follow their own file; a real node's kernel log is /dev/kmsg.
-    return os.path.join(ctx["lab_dir"], "kmsg", "%s.log" % node) if ctx.get("lab_dir") else DEV_KMSG
+    return os.path.join(ctx.lab_dir, "kmsg", "%s.log" % node) if ctx.lab_dir else DEV_KMSG
 
 
 # -- the family interface ----------------------------------------------------------------------
 def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
-    ctx = {"lab_dir": spec.get("lab_dir")}
-    lab = bool(ctx["lab_dir"])
+    ctx = FaultContext(lab_dir=spec.get("lab_dir"))
+    lab = bool(ctx.lab_dir)
     fault = Fault(spec["experiment"], spec.get("params") or {})
     actions: List[str] = []
     simulated: List[str] = []
@@ -195,8 +196,8 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
             "params": fault.params, "resolved": resolved}
 
 
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    lab = bool(ctx.get("lab_dir"))
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
+    lab = bool(ctx.lab_dir)
     node = spec["node"]
     fault = Fault(spec["experiment"], spec.get("params") or {})
     undo: Dict[str, Any] = {"backends": _backends(spec, lab), "gpu": fault.gpu, "experiment": spec["experiment"],
@@ -227,17 +228,17 @@ def reinject(undo: Mapping[str, Any]) -> List[str]:
     return [" ".join(argv) for argv in fault.dcgm_commands()]
 
 
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """``undo`` is the spec merged with what inject returned (only the spec after a crash mid-inject)."""
     node = undo["node"]
     reverted: List[str] = []
     if "backends" not in undo:
         # Injection crashed before its undo was written: the GPU goes back to healthy, the only
         # safe guess (the steady-state check before the inject found the node healthy).
-        undo = dict(undo, backends=_backends(undo, bool(ctx.get("lab_dir"))),
+        undo = dict(undo, backends=_backends(undo, bool(ctx.lab_dir)),
                     gpu=(undo.get("params") or {}).get("gpu", 0), nvml_sim={"previous": None}, agent_must_forget=True)
-    if "nvml_sim" in undo.get("backends", []) and ctx.get("lab_dir"):
-        state_dir = os.path.join(ctx["lab_dir"], "gpus", node)
+    if "nvml_sim" in undo.get("backends", []) and ctx.lab_dir:
+        state_dir = os.path.join(ctx.lab_dir, "gpus", node)
         if os.path.isdir(state_dir):
             reverted += _revert_nvml(state_dir, int(undo.get("gpu") or 0), undo.get("nvml_sim") or {})
     if "dcgm" in undo.get("backends", []):
@@ -245,7 +246,7 @@ def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         for argv in fault.dcgm_commands(healthy=True):
             _run(argv)
             reverted.append(" ".join(argv))
-    if undo.get("agent_must_forget") and ctx.get("lab_dir") and forget_xids(ctx["lab_dir"], node):
+    if undo.get("agent_must_forget") and ctx.lab_dir and forget_xids(ctx.lab_dir, node):
         reverted.append("told the health agent of %s to forget its XID history (SIGUSR1)" % node)
     return {"reverted": reverted, "already": not reverted}
 

@@ -39,6 +39,7 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments, file_restore, nccl_vars
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
 
@@ -145,13 +146,13 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
             "params": params, "resolved": {}}
 
 
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    lab = bool(ctx.get("lab_dir") or spec.get("lab_dir"))
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
+    lab = bool(ctx.lab_dir or spec.get("lab_dir"))
     params = _params(spec)
     backend = _backend(spec, lab)
     if backend == "pod_env":
         raise FieldError("backend", POD_ENV_MISSING)
-    path = _path(dict(spec, lab_dir=spec.get("lab_dir") or ctx.get("lab_dir")), params, backend)
+    path = _path(dict(spec, lab_dir=spec.get("lab_dir") or ctx.lab_dir), params, backend)
     sidecar = file_restore.sidecar_path(path, spec.get("fault_id"))
     tests = _measuring(params)
     bandwidth: Dict[str, Any] = {}
@@ -178,14 +179,14 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
             "written_sha256": hashlib.sha256(content).hexdigest(), "bandwidth": bandwidth}
 
 
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """``undo`` is the spec merged with what inject returned (only the spec after a crash mid-inject:
     then the sidecar has the previous state, or, without one, the file was never touched)."""
     reverted: List[str] = []
     if "path" in undo:
         path, sidecar = undo["path"], undo["sidecar"]
     else:
-        lab_dir = undo.get("lab_dir") or ctx.get("lab_dir")
+        lab_dir = undo.get("lab_dir") or ctx.lab_dir
         backend = _backend(undo, bool(lab_dir))
         if backend == "pod_env":
             return {"reverted": [], "already": True}

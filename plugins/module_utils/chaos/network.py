@@ -38,6 +38,7 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf, experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
@@ -272,7 +273,7 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 # -- inject ----------------------------------------------------------------------------------------
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     params = check_params(spec)
     fault = fault_id(spec)
     name = names(fault)
@@ -286,7 +287,7 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
         raise GpufleetError("missing capability: %s" % "; ".join(gaps["missing"]))
     if not lab:
         _check_interface(dev)
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         undo["check_mode"] = True
         return undo
     try:
@@ -380,10 +381,10 @@ def _measure(name: Mapping[str, str], seconds: float) -> float:
 
 
 # -- revert ----------------------------------------------------------------------------------------
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Idempotent; works from the spec alone (names derive from the fault id). Returns
     {"reverted": [...], "already": bool, "observed": {...}}."""
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         return {"reverted": [], "already": False, "check_mode": True}
     name = dict(undo.get("names") or names(fault_id(undo)))
     params = dict(undo.get("params") or {})

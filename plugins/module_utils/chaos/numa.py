@@ -53,7 +53,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import file_restore, numa_plan
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import context_slurm
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.numa_plan import Load, Topology
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
@@ -144,9 +144,9 @@ def plan(spec: Mapping[str, Any]) -> Dict[str, Any]:
             "backends": [load.via], "params": {}, "resolved": {}}
 
 
-def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def inject(spec: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Start the load; every check runs before it starts."""
-    lab = bool(ctx.get("lab_dir") or spec.get("lab_dir"))
+    lab = bool(ctx.lab_dir or spec.get("lab_dir"))
     load = numa_plan.check(spec, lab)
     topology = read_topology()
     missing = _missing(load, lab, topology)
@@ -172,7 +172,7 @@ def inject(spec: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
     return undo
 
 
-def revert(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     """Stop the load; idempotent. ``undo`` may be the spec alone (a crash mid-inject): the job name
     and the state file derive from the fault id."""
     via = undo.get("via") or (undo.get("params") or {}).get("via") or "slurm"
@@ -238,12 +238,12 @@ def _restart_kubelet(argv: List[str]) -> str:
     return shlex.join(argv)
 
 
-def _inject_kubelet(load: Load, path: str, ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_kubelet(load: Load, path: str, ctx: FaultContext) -> Dict[str, Any]:
     sidecar = file_restore.sidecar_path(path, load.fault_id)
     record: Dict[str, Any] = {"path": path, "sidecar": sidecar, "restart": list(load.kubelet_restart),
                               "fault_id": load.fault_id,
                               "policy": load.topology_manager_policy, "scope": load.topology_manager_scope}
-    if ctx.get("check_mode"):
+    if ctx.check_mode:
         return dict(record, ran=False)
     content = _edited(load, _kubelet_doc(path))
     previous = file_restore.state(path, with_content=True)
@@ -262,12 +262,12 @@ def _inject_kubelet(load: Load, path: str, ctx: Mapping[str, Any]) -> Dict[str, 
     return record
 
 
-def _kubelet_from_spec(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+def _kubelet_from_spec(undo: Mapping[str, Any], ctx: FaultContext) -> Optional[Dict[str, Any]]:
     """After a crash mid-inject the ledger has the spec alone: the sidecar says what to restore."""
     params = undo.get("params") or {}
     if not isinstance(params, Mapping) or params.get("topology_manager_policy") is None:
         return None
-    lab = bool(undo.get("lab_dir") or ctx.get("lab_dir"))
+    lab = bool(undo.get("lab_dir") or ctx.lab_dir)
     path = params.get("kubelet_config") or (None if lab else numa_plan.KUBELET_CONFIG)
     if not path:
         return None
@@ -278,9 +278,9 @@ def _kubelet_from_spec(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Optio
             "ran": True}
 
 
-def _revert_kubelet(record: Mapping[str, Any], ctx: Mapping[str, Any]) -> List[str]:
+def _revert_kubelet(record: Mapping[str, Any], ctx: FaultContext) -> List[str]:
     """Write the pre-drill bytes back and restart the kubelet; nothing when nothing was changed."""
-    if not record.get("ran") or ctx.get("check_mode"):
+    if not record.get("ran") or ctx.check_mode:
         return []
     path, sidecar = record["path"], record["sidecar"]
     pending = file_restore.read_sidecar(sidecar)
@@ -301,7 +301,7 @@ def _revert_kubelet(record: Mapping[str, Any], ctx: Mapping[str, Any]) -> List[s
 
 
 # -- via slurm ------------------------------------------------------------------------------------
-def _inject_slurm(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _inject_slurm(load: Load, argv: List[str], ctx: FaultContext) -> Dict[str, Any]:
     client = context_slurm(ctx)
     job_id, result = client.submit(BatchJob(name=load.job_name, node=load.node, command=tuple(argv),
                                             minutes=load.minutes, output=load.output))
@@ -321,7 +321,7 @@ def _inject_slurm(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict[s
     return undo
 
 
-def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
+def _revert_slurm(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     client = context_slurm(ctx)
     name = undo.get("job_name") or numa_plan.JOB_PREFIX + str(undo.get("fault_id"))
     ids = check_job_ids([undo["job_id"]], field="job_id") if undo.get("job_id") else []
@@ -341,7 +341,7 @@ def _revert_slurm(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, 
         reverted.append("%s the load job %s (%s, was %s on %s)" % (
             "cancelled" if result.ran else "would cancel", one, shlex.join(result.argv), job.state,
             ",".join(job.nodes) or "?"))
-    if reverted and not ctx.get("check_mode"):
+    if reverted and not ctx.check_mode:
         _wait_gone(client, ids)
     if undo.get("seen"):
         observed["at_inject"] = undo["seen"]
@@ -362,10 +362,10 @@ def _wait_gone(client: AnySlurmClient, ids: List[str]) -> None:
 
 
 # -- via a process ----------------------------------------------------------------------------------
-def _state_file(ctx: Mapping[str, Any], fault_id: Any) -> str:
+def _state_file(lab_dir: Optional[str], fault_id: Any) -> str:
     if not isinstance(fault_id, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", fault_id):
         raise FieldError("fault_id", "not a fault id: %r" % (fault_id,))
-    base = os.path.join(str(ctx["lab_dir"]), "numa") if ctx.get("lab_dir") else STATE_DIR
+    base = os.path.join(str(lab_dir), "numa") if lab_dir else STATE_DIR
     return os.path.join(base, "numa-%s.json" % fault_id)
 
 
@@ -378,9 +378,9 @@ def start_time(pid: int) -> Optional[str]:
         return None
 
 
-def _inject_process(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    path = _state_file(ctx, load.fault_id)
-    if ctx.get("check_mode"):
+def _inject_process(load: Load, argv: List[str], ctx: FaultContext) -> Dict[str, Any]:
+    path = _state_file(ctx.lab_dir, load.fault_id)
+    if ctx.check_mode:
         return {"via": "process", "state_file": path, "command": argv, "ran": False}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(load.output, "ab") as out:
@@ -393,17 +393,17 @@ def _inject_process(load: Load, argv: List[str], ctx: Mapping[str, Any]) -> Dict
     return record
 
 
-def _revert_process(undo: Mapping[str, Any], ctx: Mapping[str, Any]) -> Dict[str, Any]:
-    path = undo.get("state_file") or _state_file(dict(ctx, lab_dir=ctx.get("lab_dir") or undo.get("lab_dir")),
+def _revert_process(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
+    path = undo.get("state_file") or _state_file(ctx.lab_dir or undo.get("lab_dir"),
                                                  undo.get("fault_id"))
     record = dict(undo) if undo.get("pid") else _read(path)
     reverted: List[str] = []
-    if record and record.get("pid") and not ctx.get("check_mode"):
+    if record and record.get("pid") and not ctx.check_mode:
         pid = int(record["pid"])
         if record.get("start_time") and start_time(pid) == record["start_time"]:
             _kill_group(pid)
             reverted.append("killed the load's process group %d (%s)" % (pid, shlex.join(record.get("command") or [])))
-    if not ctx.get("check_mode"):
+    if not ctx.check_mode:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return {"reverted": reverted, "already": not reverted}

@@ -34,7 +34,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ledger
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.api import (
-    _ctx,
     ledger_store,
     revert_here,
     rollback_entries,
@@ -44,12 +43,13 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args imp
     drill_slurm,
     has_slurm,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, from_params
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
 ROLLED_BACK_BY = "warden"
 
 
-def sweep(store: Any, ctx: Mapping[str, Any], now: float, grace: float) -> Dict[str, List[Any]]:
+def sweep(store: Any, ctx: FaultContext, now: float, grace: float) -> Dict[str, List[Any]]:
     """One look at the ledger: roll back what expired ``grace`` seconds ago and may be reverted
     here, then end the expired drills that have no fault left. Returns what was done."""
     data, _version = store.read()
@@ -78,7 +78,7 @@ def run(params: Mapping[str, Any], interval: float, grace: float, stop: threadin
     is logged and tried again at the next one: the warden never exits on its own."""
     check_settings(interval, grace)
     store = ledger_store(params)
-    ctx = _ctx(params, False)
+    ctx = from_params(params, False)
     while True:
         try:
             done = sweep(store, ctx, clock(), grace)

@@ -23,13 +23,14 @@ import pytest
 from lab_harness import REPO
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint, checkpoint_parse
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 
 pytestmark = [pytest.mark.integration]
 
 TRAIN_SIM = REPO / "roles" / "slurm" / "files" / "train_sim.py"
 MIB = 1024 * 1024
-CTX = {"lab_dir": None, "slurm_conf": None, "check_mode": False}
+CTX = FaultContext.of(lab_dir=None, slurm_conf=None, check_mode=False)
 
 
 def mounts_on(point: Path) -> list:

@@ -25,6 +25,7 @@ import pytest
 from lab_harness import REPO, VENV_BIN
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf, ledger, network
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 
 pytestmark = [pytest.mark.integration]
 
@@ -138,7 +139,7 @@ def test_drill_degrades_observes_and_restores(drill_env):
 
     assert snapshot() == before
     # Revert again (a second rollback, or the kill switch after the drill): nothing left to do.
-    again = network.revert(dict(fault["spec"], **fault["undo"]), {})
+    again = network.revert(dict(fault["spec"], **fault["undo"]), FaultContext())
     assert again["already"] and again["reverted"] == []
 
 
@@ -185,12 +186,12 @@ def test_revert_from_the_spec_alone_after_a_crash_mid_inject():
     # "Attaching" line were counted under stress-ng, so not a slow attach).
     spec = {"experiment": "net_degrade", "node": NODE, "fault_id": "f-crash-%d" % os.getpid(), "lab_dir": "/lab",
             "params": {"rate_mbit": RATE_MBIT, "loss_percent": LOSS_PERCENT, "measure_s": 1.5}}
-    undo = network.inject(spec, {})
+    undo = network.inject(spec, FaultContext())
     try:
         assert undo["observer"]["pid"] in observers() and undo["netns"] in snapshot()["netns"]
     finally:
-        done = network.revert(spec, {})
+        done = network.revert(spec, FaultContext())
     assert done["reverted"][0] == "stopped the bpftrace observer (pid %d)" % undo["observer"]["pid"]
     assert done["observed"]["ebpf"]["tx_packets"] > 0 and done["observed"]["nft_dropped"]["packets"] >= 0
     assert snapshot() == before
-    assert network.revert(spec, {})["already"]
+    assert network.revert(spec, FaultContext())["already"]

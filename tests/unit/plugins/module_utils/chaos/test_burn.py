@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output as outputs
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state as fgs
@@ -298,7 +299,7 @@ def test_defaults_and_normalised_params() -> None:
 
 def test_inject_via_lab_needs_a_lab() -> None:
     with pytest.raises(FieldError) as err:
-        burn.inject(spec(seconds=60, via="lab"), {"lab_dir": None, "check_mode": False})
+        burn.inject(spec(seconds=60, via="lab"), FaultContext())
     assert err.value.field == "params.via"
 
 
@@ -411,7 +412,8 @@ class FakeSlurm:
 
 
 def slurm_ctx(fake: FakeSlurm, **extra: Any) -> Dict[str, Any]:
-    return dict({"lab_dir": None, "slurm_conf": "/lab/slurm/slurm.conf", "check_mode": False, "run": fake}, **extra)
+    return FaultContext.of(**dict({"lab_dir": None, "slurm_conf": "/lab/slurm/slurm.conf", "check_mode": False,
+                                   "run": fake}, **extra))
 
 
 def test_inject_via_slurm_submits_and_revert_cancels() -> None:
@@ -521,7 +523,7 @@ def kube_spec(**params: Any) -> Dict[str, Any]:
 
 def test_inject_via_kubernetes_creates_the_pod_and_revert_deletes_it() -> None:
     api = FakeCoreV1()
-    ctx = {"lab_dir": None, "check_mode": False, "core_v1": api}
+    ctx = FaultContext.of(lab_dir=None, check_mode=False, core_v1=api)
     undo = burn.inject(kube_spec(), ctx)
     body = api.pods[("gpufleet-chaos", "gpufleet-chaos-burn-f-1a2b")]
     assert body["spec"]["nodeName"] == NODE
@@ -541,14 +543,14 @@ def test_inject_via_kubernetes_creates_the_pod_and_revert_deletes_it() -> None:
 
 def test_inject_via_kubernetes_check_mode_is_a_server_side_dry_run() -> None:
     api = FakeCoreV1()
-    burn.inject(kube_spec(gpus=[0]), {"lab_dir": None, "check_mode": True, "core_v1": api})
+    burn.inject(kube_spec(gpus=[0]), FaultContext.of(lab_dir=None, check_mode=True, core_v1=api))
     assert api.pods == {} and api.calls[0][2] == {"dry_run": "All"}
 
 
 def test_inject_via_kubernetes_without_gpus_on_the_node_changes_nothing() -> None:
     api = FakeCoreV1(allocatable={"cpu": "8"})
     with pytest.raises(GpufleetError, match=r"no allocatable nvidia\.com/gpu"):
-        burn.inject(kube_spec(), {"lab_dir": None, "check_mode": False, "core_v1": api})
+        burn.inject(kube_spec(), FaultContext.of(lab_dir=None, check_mode=False, core_v1=api))
     assert api.calls == []
 
 
@@ -571,7 +573,7 @@ def snapshot(state_dir: Path) -> Dict[str, bytes]:
 
 
 def lab_ctx(lab_dir: Path, **extra: Any) -> Dict[str, Any]:
-    return dict({"lab_dir": str(lab_dir), "slurm_conf": None, "check_mode": False}, **extra)
+    return FaultContext.of(**dict({"lab_dir": str(lab_dir), "slurm_conf": None, "check_mode": False}, **extra))
 
 
 def test_lab_inject_sets_the_burn_and_revert_restores_every_byte(lab: Path) -> None:
@@ -694,8 +696,8 @@ def test_the_engine_shaped_spec_round_trip(lab: Path) -> None:
     before = snapshot(state_dir)
     the_spec = {"experiment": "gpu_burn", "node": NODE, "backend": "default", "params": {"seconds": 60, "via": "lab"},
                 "fault_id": "f-20261130-195000-ab12-%s" % NODE, "lab_dir": str(lab)}
-    ctx = {"lab_dir": str(lab), "slurm_conf": None, "check_mode": False, "kubeconfig": None, "context": None,
-           "namespace": "gpufleet-chaos"}
+    ctx = FaultContext.of(lab_dir=str(lab), slurm_conf=None, check_mode=False, kubeconfig=None, context=None,
+           namespace="gpufleet-chaos")
     assert burn.plan(the_spec)["via"] == "lab"
     undo = burn.inject(the_spec, ctx)
     assert burn.revert(dict(the_spec, **undo), ctx)["already"] is False
@@ -704,10 +706,10 @@ def test_the_engine_shaped_spec_round_trip(lab: Path) -> None:
 
 def test_the_pod_namespace_defaults_to_the_drills_chaos_namespace() -> None:
     api = FakeCoreV1()
-    undo = burn.inject(kube_spec(gpus=[0]), {"lab_dir": None, "check_mode": False, "core_v1": api,
-                                             "namespace": "chaos-x"})
+    undo = burn.inject(kube_spec(gpus=[0]), FaultContext.of(lab_dir=None, check_mode=False, core_v1=api,
+                                             namespace="chaos-x"))
     assert undo["namespace"] == "chaos-x" and ("chaos-x", "gpufleet-chaos-burn-f-1a2b") in api.pods
     # params.namespace wins.
-    undo = burn.inject(kube_spec(gpus=[0], namespace="other"), {"lab_dir": None, "check_mode": False,
-                                                                "core_v1": api, "namespace": "chaos-x"})
+    undo = burn.inject(kube_spec(gpus=[0], namespace="other"), FaultContext.of(lab_dir=None, check_mode=False,
+                                                                core_v1=api, namespace="chaos-x"))
     assert undo["namespace"] == "other"

@@ -11,6 +11,7 @@ import importlib.util
 import io
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List
@@ -20,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint, checkpoint_parse
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmCommandError
@@ -208,7 +210,7 @@ def spec(experiment: str, **params) -> Dict:
 ])
 def test_bad_input_names_its_field_in_plan_and_inject(experiment, params, field) -> None:
     bad = dict(spec(experiment, **params), lab_dir=None)  # a real site: no default path
-    for call in (lambda: checkpoint.plan(bad), lambda: checkpoint.inject(bad, {"lab_dir": None, "check_mode": False})):
+    for call in (lambda: checkpoint.plan(bad), lambda: checkpoint.inject(bad, FaultContext())):
         with pytest.raises(FieldError) as caught:
             call()
         assert caught.value.field == field
@@ -252,7 +254,7 @@ def volume(tmp_path, monkeypatch) -> FakeVolume:
     return fake
 
 
-CTX = {"lab_dir": "/var/tmp/lab", "slurm_conf": "/var/tmp/lab/slurm/slurm.conf", "check_mode": False}
+CTX = FaultContext.of(lab_dir="/var/tmp/lab", slurm_conf="/var/tmp/lab/slurm/slurm.conf", check_mode=False)
 
 
 # ---- fill ----------------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ def test_fill_of_a_shared_filesystem_only_when_allowed(volume) -> None:
 
 
 def test_fill_in_check_mode_changes_nothing(volume) -> None:
-    undo = checkpoint.inject(spec("checkpoint_fill", path=str(volume.root)), dict(CTX, check_mode=True))
+    undo = checkpoint.inject(spec("checkpoint_fill", path=str(volume.root)), replace(CTX, check_mode=True))
     assert undo["check_mode"] is True and undo["bytes"] == 4 * MIB - (MIB - 4096)
     assert list(volume.root.iterdir()) == []
 
@@ -656,6 +658,6 @@ def test_kill_plan_and_check_mode(tmp_path, monkeypatch) -> None:
     assert planned["missing"] == []
     assert any("scancel --signal=KILL --batch --full 42" in action for action in planned["actions"])
     assert any("scontrol requeue 42" in action for action in planned["actions"])
-    undo = checkpoint.inject(spec("checkpoint_kill", job_id=42, output=str(output)), dict(CTX, check_mode=True))
+    undo = checkpoint.inject(spec("checkpoint_kill", job_id=42, output=str(output)), replace(CTX, check_mode=True))
     assert undo["check_mode"] is True and undo["previous_checkpoint_step"] == 5
     assert client.calls == []

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     observe,
     scoring,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 
@@ -161,7 +162,7 @@ def test_each_gpu_fault_injects_and_reverts_byte_identical(lab, experiment):
     before = gpu_files(state_dir)
     spec = {"experiment": experiment, "node": "n1", "backend": "default", "params": {"gpu": 2},
             "fault_id": "f-1", "lab_dir": str(lab)}
-    ctx = {"lab_dir": str(lab)}
+    ctx = FaultContext.of(lab_dir=str(lab))
     planned = gpu_fault.plan(spec)
     assert planned["actions"] and planned["simulated"]
     undo = gpu_fault.inject(spec, ctx)
@@ -182,7 +183,7 @@ def test_xid_line_is_what_the_agents_kernel_log_parser_reads(lab):
     from ansible_collections.gpufleet.resilience.plugins.module_utils.health.kernel_log import parse_kernel_log
 
     spec = {"experiment": "gpu_xid", "node": "n1", "params": {"xid": 79, "gpu": 1}, "lab_dir": str(lab)}
-    gpu_fault.inject(spec, {"lab_dir": str(lab)})
+    gpu_fault.inject(spec, FaultContext.of(lab_dir=str(lab)))
     events = parse_kernel_log((lab / "kmsg" / "n1.log").read_text().splitlines())
     assert [e.xid for e in events] == [79]
 
@@ -192,7 +193,7 @@ def test_revert_after_a_crash_mid_inject_restores_health(lab):
     before = gpu_files(lab / "gpus" / "n1")
     fake_gpu_state.set_fields(state_dir, 0, temperature=99)  # the half-done injection
     spec = {"experiment": "gpu_thermal", "node": "n1", "params": {}, "lab_dir": str(lab)}
-    gpu_fault.revert(spec, {"lab_dir": str(lab)})  # no undo was recorded
+    gpu_fault.revert(spec, FaultContext.of(lab_dir=str(lab)))  # no undo was recorded
     assert gpu_files(lab / "gpus" / "n1") == before
 
 
@@ -215,7 +216,8 @@ def test_gpu_fault_bad_input_names_the_field(lab):
     with pytest.raises(FieldError, match="real GPUs"):
         gpu_fault.plan({"experiment": "gpu_xid", "node": "n1", "backend": "nvml_sim", "params": {}})
     with pytest.raises(FieldError) as caught:
-        gpu_fault.inject({"experiment": "gpu_xid", "node": "n1", "params": {"gpu": 9}}, {"lab_dir": str(lab)})
+        gpu_fault.inject({"experiment": "gpu_xid", "node": "n1", "params": {"gpu": 9}},
+                         FaultContext.of(lab_dir=str(lab)))
     assert caught.value.field == "params.gpu"
     assert not os.path.exists(lab / "kmsg" / "n1.log")
 
@@ -371,7 +373,7 @@ def test_on_a_real_node_the_xid_line_goes_to_dev_kmsg_at_level_err(tmp_path, mon
     kmsg.write_text("")
     monkeypatch.setattr(gpu_fault, "DEV_KMSG", str(kmsg))
     spec = {"experiment": "gpu_xid", "node": "n1", "backend": "kmsg", "params": {"xid": 79, "pci_bus": "3b:00.0"}}
-    undo = gpu_fault.inject(spec, {"lab_dir": None})
+    undo = gpu_fault.inject(spec, FaultContext())
     assert kmsg.read_text() == ("<3>NVRM: Xid (PCI:0000:3b:00.0): 79, pid='<unknown>', name=<unknown>, "
                                 "GPU has fallen off the bus\n")
     # A kernel log cannot be unwritten: the rollback makes the agent forget instead.

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, experiments, ledger
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 
@@ -151,11 +152,11 @@ def test_the_watchdog_on_another_host_leaves_the_fault_to_its_own_host(site):
     api.inject({"drill": drill(), "ledger_file": site["ledger_file"], "duration": 0.001}, check_mode=False)
     store = ledger.FileStore(site["ledger_file"])
     site["on"]("ctl01")
-    assert api.watch_expiry(store, {"check_mode": False}, None, False, lambda s: None) == []
+    assert api.watch_expiry(store, FaultContext(), None, False, lambda s: None) == []
     assert os.path.exists(site["family"].marker("gpu-a-003"))
     assert ledger_faults(site)["f-20261201-000000-abcd-gpu-a-003"]["state"] == "active"
     site["on"]("gpu-a-003")
-    [row] = api.watch_expiry(store, {"check_mode": False}, None, False, lambda s: None)
+    [row] = api.watch_expiry(store, FaultContext(), None, False, lambda s: None)
     assert row["rollback"] == "done" and not os.path.exists(site["family"].marker("gpu-a-003"))
 
 

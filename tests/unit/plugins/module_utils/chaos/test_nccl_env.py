@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, experiments, nccl_env, nccl_vars
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 REPO = Path(__file__).resolve().parents[5]
@@ -53,7 +54,7 @@ def spec(tmp_path: Path, backend: str = "default", lab: bool = True, **params) -
 
 
 def ctx(tmp_path: Path) -> dict:
-    return {"lab_dir": str(tmp_path), "check_mode": False}
+    return FaultContext.of(lab_dir=str(tmp_path), check_mode=False)
 
 
 def digest(path: Path):

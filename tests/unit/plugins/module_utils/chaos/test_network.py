@@ -13,6 +13,7 @@ from typing import Any, Dict
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ebpf, experiments, network
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 ALL_CAPS = {"root": True, "tc": True, "nft": True, "ip": True, "netem": True, "tbf": True}
@@ -218,9 +219,9 @@ def test_shortfalls(caps):
 
 def test_check_mode_changes_nothing(caps):
     caps(NO_NETEM)
-    undo = network.inject(spec(loss_percent=5, rate_mbit=10), {"check_mode": True})
+    undo = network.inject(spec(loss_percent=5, rate_mbit=10), FaultContext.of(check_mode=True))
     assert undo["check_mode"] and undo["applied"] == [] and "observer" not in undo
-    reverted = network.revert(dict(spec(), **undo), {"check_mode": True})
+    reverted = network.revert(dict(spec(), **undo), FaultContext.of(check_mode=True))
     assert reverted == {"reverted": [], "already": False, "check_mode": True}
 
 

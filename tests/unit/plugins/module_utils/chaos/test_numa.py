@@ -14,6 +14,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, experiments, numa, numa_plan
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 ONE_NODE = """\
@@ -205,10 +206,10 @@ def test_topology_manager_change_is_refused_as_missing(monkeypatch, tmp_path):
     site = numa.plan(spec("cpu_saturation", **knobs))
     assert site["missing"][0].startswith("kubelet_config: ") and "does not exist" in site["missing"][0]
     with pytest.raises(FieldError) as caught:
-        numa.inject(spec("cpu_saturation", **knobs), {"lab_dir": "/lab"})
+        numa.inject(spec("cpu_saturation", **knobs), FaultContext.of(lab_dir="/lab"))
     assert caught.value.field == "params.topology_manager_policy"
     with pytest.raises(FieldError) as caught:
-        numa.inject(spec("cpu_saturation", **knobs), {})
+        numa.inject(spec("cpu_saturation", **knobs), FaultContext())
     assert caught.value.field == "params.kubelet_config"
 
 
@@ -221,7 +222,7 @@ def test_the_registry_and_the_dispatch():
 
 
 def test_process_backend_runs_stress_ng_and_revert_kills_it(tmp_path):
-    ctx = {"lab_dir": str(tmp_path)}
+    ctx = FaultContext.of(lab_dir=str(tmp_path))
     started = numa.inject(spec("cpu_saturation", via="process", seconds=30, load_percent=5,
                                output=str(tmp_path / "load.out")), ctx)
     pid = started["pid"]
@@ -245,14 +246,14 @@ def test_process_backend_runs_stress_ng_and_revert_kills_it(tmp_path):
 def test_a_reused_pid_is_left_alone(tmp_path):
     mine = os.getpid()
     undo = {"via": "process", "pid": mine, "start_time": "1", "state_file": str(tmp_path / "x.json"), "command": []}
-    assert numa.revert(undo, {"lab_dir": str(tmp_path)}) == {"reverted": [], "already": True}
+    assert numa.revert(undo, FaultContext.of(lab_dir=str(tmp_path))) == {"reverted": [], "already": True}
 
 
 def test_remote_memory_command_really_runs_bound_and_ends_on_its_own(tmp_path):
     """The real numactl + stress-ng line (1% of the node's free memory, 2 s): it runs, stress-ng ends
     it by itself, and the rollback then has nothing to kill."""
     out = tmp_path / "load.out"
-    ctx = {"lab_dir": str(tmp_path)}
+    ctx = FaultContext.of(lab_dir=str(tmp_path))
     started = numa.inject(spec("numa_remote_memory", via="process", seconds=2, memory_percent=1, output=str(out)),
                           ctx)
     assert "numactl" in started["command"] and any(w.startswith("--membind=") for w in started["command"])
@@ -332,7 +333,7 @@ def test_kubelet_knobs_name_their_field(params, field):
 def test_a_file_that_is_not_a_kubelet_configuration_is_refused(tmp_path, content):
     config, log, restart = _kubelet(tmp_path, content)
     with pytest.raises(FieldError) as caught:
-        numa.inject(_kubelet_spec(config, restart), {"lab_dir": str(tmp_path)})
+        numa.inject(_kubelet_spec(config, restart), FaultContext.of(lab_dir=str(tmp_path)))
     assert caught.value.field == "params.kubelet_config"
     assert config.read_bytes() == content and not log.exists()
     assert "kubelet_config: " in numa.plan(_kubelet_spec(config, restart))["missing"][0]
@@ -342,7 +343,7 @@ def test_a_missing_kubelet_config_is_refused(tmp_path):
     config, log, restart = _kubelet(tmp_path)
     config.unlink()
     with pytest.raises(FieldError) as caught:
-        numa.inject(_kubelet_spec(config, restart), {"lab_dir": str(tmp_path)})
+        numa.inject(_kubelet_spec(config, restart), FaultContext.of(lab_dir=str(tmp_path)))
     assert caught.value.field == "params.kubelet_config" and "does not exist" in caught.value.message
     assert not log.exists()
 
@@ -358,7 +359,7 @@ def test_inject_sets_the_policy_restarts_and_revert_restores_byte_for_byte(tmp_p
     assert plan["missing"] == []
     assert any("topologyManagerPolicy: single-numa-node and topologyManagerScope: pod in %s" % config in a
                for a in plan["actions"])
-    started = numa.inject(the_spec, {"lab_dir": str(tmp_path)})
+    started = numa.inject(the_spec, FaultContext.of(lab_dir=str(tmp_path)))
     try:
         doc = yaml.safe_load(config.read_bytes())
         assert doc["topologyManagerPolicy"] == "single-numa-node" and doc["topologyManagerScope"] == "pod"
@@ -368,7 +369,7 @@ def test_inject_sets_the_policy_restarts_and_revert_restores_byte_for_byte(tmp_p
         kubelet = started["kubelet"]
         assert os.path.exists(kubelet["sidecar"]) and kubelet["previous"]["existed"]
         assert started["pid"]  # the load runs too
-        done = numa.revert(dict(the_spec, **started), {"lab_dir": str(tmp_path)})
+        done = numa.revert(dict(the_spec, **started), FaultContext.of(lab_dir=str(tmp_path)))
     finally:
         _stop(started)
     assert config.read_bytes() == before
@@ -379,7 +380,7 @@ def test_inject_sets_the_policy_restarts_and_revert_restores_byte_for_byte(tmp_p
     assert any(line.startswith("restored %s" % config) and "MISMATCH" not in line for line in done["reverted"])
     assert any(line.startswith("restarted the kubelet: ") for line in done["reverted"])
     # Idempotent: the file is back and the sidecar gone, so no second restart.
-    again = numa.revert(dict(the_spec, **started), {"lab_dir": str(tmp_path)})
+    again = numa.revert(dict(the_spec, **started), FaultContext.of(lab_dir=str(tmp_path)))
     assert again == {"reverted": [], "already": True}
     assert log.read_text() == "restart kubelet\nrestart kubelet\n"
 
@@ -393,9 +394,9 @@ def test_the_kubelet_change_goes_with_each_experiment(tmp_path, monkeypatch, exp
     monkeypatch.setattr(numa, "_inject_process", lambda load, argv, ctx: {"via": "process", "command": argv})
     monkeypatch.setattr(numa, "_revert_process", lambda undo, ctx: {"reverted": [], "already": True})
     monkeypatch.setattr(numa, "_missing", lambda load, lab, topology: [])
-    started = numa.inject(the_spec, {"lab_dir": str(tmp_path)})
+    started = numa.inject(the_spec, FaultContext.of(lab_dir=str(tmp_path)))
     assert b"single-numa-node" in config.read_bytes() and started["command"]
-    done = numa.revert(dict(the_spec, **started), {"lab_dir": str(tmp_path)})
+    done = numa.revert(dict(the_spec, **started), FaultContext.of(lab_dir=str(tmp_path)))
     assert config.read_bytes() == KUBELET_WITH_COMMENTS and done["already"] is False
     assert log.read_text().count("restart") == 2
 
@@ -403,7 +404,7 @@ def test_the_kubelet_change_goes_with_each_experiment(tmp_path, monkeypatch, exp
 def test_check_mode_writes_nothing(tmp_path):
     config, log, restart = _kubelet(tmp_path)
     the_spec = _kubelet_spec(config, restart)
-    ctx = {"lab_dir": str(tmp_path), "check_mode": True}
+    ctx = FaultContext.of(lab_dir=str(tmp_path), check_mode=True)
     started = numa.inject(the_spec, ctx)
     assert started["kubelet"]["ran"] is False and started["ran"] is False
     assert config.read_bytes() == KUBELET_WITH_COMMENTS and not log.exists()
@@ -424,23 +425,23 @@ def test_a_crash_mid_inject_is_reverted_from_the_sidecar(tmp_path, monkeypatch):
     monkeypatch.setattr(numa, "_inject_process", crash)
     monkeypatch.setattr(numa, "_revert_kubelet", lambda record, ctx: [])  # the dying controller does nothing
     with pytest.raises(KeyboardInterrupt):
-        numa.inject(the_spec, {"lab_dir": str(tmp_path)})
+        numa.inject(the_spec, FaultContext.of(lab_dir=str(tmp_path)))
     monkeypatch.undo()
     assert b"topologyManagerPolicy: single-numa-node" in config.read_bytes()
     sidecars = [p for p in config.parent.iterdir() if p.name.startswith(".config.yaml.gpufleet-chaos-")]
     assert len(sidecars) == 1
-    done = numa.revert(dict(the_spec), {"lab_dir": str(tmp_path)})
+    done = numa.revert(dict(the_spec), FaultContext.of(lab_dir=str(tmp_path)))
     assert config.read_bytes() == KUBELET_WITH_POLICY
     assert not sidecars[0].exists()
     assert log.read_text() == "restart kubelet\nrestart kubelet\n"
     assert any(line.startswith("restored %s" % config) for line in done["reverted"])
-    assert numa.revert(dict(the_spec), {"lab_dir": str(tmp_path)}) == {"reverted": [], "already": True}
+    assert numa.revert(dict(the_spec), FaultContext.of(lab_dir=str(tmp_path))) == {"reverted": [], "already": True}
 
 
 def test_no_sidecar_means_nothing_was_changed(tmp_path):
     config, log, restart = _kubelet(tmp_path)
     the_spec = _kubelet_spec(config, restart)
-    assert numa.revert(dict(the_spec), {"lab_dir": str(tmp_path)}) == {"reverted": [], "already": True}
+    assert numa.revert(dict(the_spec), FaultContext.of(lab_dir=str(tmp_path))) == {"reverted": [], "already": True}
     assert config.read_bytes() == KUBELET_WITH_COMMENTS and not log.exists()
 
 
@@ -450,6 +451,6 @@ def test_a_failed_restart_puts_the_file_back(tmp_path):
     failing.write_text("#!/bin/sh\necho nope >&2\nexit 3\n")
     os.chmod(failing, 0o755)
     with pytest.raises(numa.GpufleetError) as caught:
-        numa.inject(_kubelet_spec(config, [str(failing)]), {"lab_dir": str(tmp_path)})
+        numa.inject(_kubelet_spec(config, [str(failing)]), FaultContext.of(lab_dir=str(tmp_path)))
     assert "rc 3" in str(caught.value)
     assert config.read_bytes() == KUBELET_WITH_COMMENTS and not log.exists()

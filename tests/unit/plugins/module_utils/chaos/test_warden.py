@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, ledger, warden
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
 
@@ -48,7 +49,7 @@ def test_a_sweep_rolls_back_what_expired_past_the_grace_and_ends_the_drills_left
                                   fault("live", "d3", now + 300)],
                        [{"id": "d1", "expires_at": now - 30}, {"id": "d2", "expires_at": now - 5},
                         {"id": "d3", "expires_at": now + 300}, {"id": "d4", "expires_at": now - 60}])
-    done = warden.sweep(store, {"check_mode": False}, now, grace=10)
+    done = warden.sweep(store, FaultContext(), now, grace=10)
     assert family.reverted == ["old"]  # the one in its grace is left to its own drill's watchdog
     assert [row["id"] for row in done["rolled_back"]] == ["old"] and done["rolled_back"][0]["rollback"] == "done"
     assert sorted(done["drills_ended"]) == ["d1", "d4"]  # d2 keeps its fault for now; d3 has not expired
@@ -57,14 +58,14 @@ def test_a_sweep_rolls_back_what_expired_past_the_grace_and_ends_the_drills_left
     assert sorted(ledger.drills(data)) == ["d2", "d3"]
     assert [(h["id"], h["rolled_back_by"]) for h in ledger.history(data)] == [("old", "warden")]
     # Nothing left to do: a second sweep at the same time changes nothing.
-    assert warden.sweep(store, {"check_mode": False}, now, grace=10) == {"rolled_back": [], "drills_ended": []}
+    assert warden.sweep(store, FaultContext(), now, grace=10) == {"rolled_back": [], "drills_ended": []}
 
 
 def test_a_fault_that_acts_on_another_host_is_left_to_that_hosts_warden(tmp_path, family):
     now = 1000.0
     elsewhere = fault("remote", "d1", now - 60, spec={}, on_host=True, host="gpu-host-that-is-not-here.invalid")
     store = store_with(tmp_path, [elsewhere], [])
-    assert warden.sweep(store, {"check_mode": False}, now, grace=0)["rolled_back"] == []
+    assert warden.sweep(store, FaultContext(), now, grace=0)["rolled_back"] == []
     assert family.reverted == []
 
 
