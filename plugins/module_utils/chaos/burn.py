@@ -34,7 +34,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output, experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.burn_output import TOOLS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
@@ -461,7 +461,30 @@ def _revert_slurm(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
             continue  # it ended on its own: nothing to stop
         verb = "cancelled" if result.ran else "would cancel"
         reverted.append("%s Slurm job %s (%s)" % (verb, one, shlex.join(result.argv)))
-    return {"reverted": reverted, "already": not reverted}
+    done: Dict[str, Any] = {"reverted": reverted, "already": not reverted}
+    # The burn's own verdict (never a neighbour's sleep, which has no tool): gpu-burn exits 0
+    # whatever it found, so only its output tells.
+    if undo.get("tool") and undo.get("output") and not ctx.check_mode:
+        done["observed"] = {"burn": _output_verdict(str(undo["output"]), str(undo["tool"]))}
+    return done
+
+
+# At most this much of the end of a burn's output is read: the verdict lines come last.
+OUTPUT_TAIL_BYTES = 1024 * 1024
+OUTPUT_TAIL_LINES = 5000
+
+
+def _output_verdict(path: str, tool: str) -> Dict[str, Any]:
+    """The burn's output file parsed (burn_output.summary), or why it could not be read here."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - OUTPUT_TAIL_BYTES))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return {"tool": tool, "verdict": "unknown",
+                "why": "the output %s cannot be read on this host (%s): read it on the node" % (path, exc.strerror)}
+    return burn_output.summary(burn_output.parse_output(text, tool))
 
 
 # -- via kubernetes -------------------------------------------------------------------------------
@@ -518,6 +541,9 @@ def _inject_kubernetes(burn: Burn, ctx: FaultContext) -> Dict[str, Any]:
 def _revert_kubernetes(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     api = _core_v1(ctx)
     namespace, name = str(undo["namespace"]), str(undo["pod"])
+    # Its log before it goes: the burn's verdict (the Pod's exit code says nothing either).
+    tool = str(undo.get("tool") or "gpu_burn")
+    observed = None if ctx.check_mode else {"burn": _log_verdict(api, namespace, name, tool)}
     what = "delete Pod %s/%s" % (namespace, name)
     try:
         api.delete_namespaced_pod(name, namespace, grace_period_seconds=POD_GRACE_S, **_dry_run(ctx))
@@ -527,8 +553,21 @@ def _revert_kubernetes(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, 
         raise api_failure(exc, what) from exc
     except TransportError as exc:
         raise unreachable(exc, what) from exc
-    return {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.check_mode else "deleted", namespace, name)],
-            "already": False}
+    done: Dict[str, Any] = {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.check_mode else "deleted",
+                                                            namespace, name)], "already": False}
+    if observed:
+        done["observed"] = observed
+    return done
+
+
+def _log_verdict(api: Any, namespace: str, name: str, tool: str) -> Dict[str, Any]:
+    """The burn Pod's log parsed (burn_output.summary), or why it could not be read."""
+    try:
+        text = api.read_namespaced_pod_log(name, namespace, tail_lines=OUTPUT_TAIL_LINES)
+    except (ApiException, TransportError) as exc:
+        return {"tool": tool, "verdict": "unknown", "why": "the log of Pod %s/%s cannot be read: %s"
+                % (namespace, name, getattr(exc, "reason", None) or exc)}
+    return burn_output.summary(burn_output.parse_output(text if isinstance(text, str) else str(text or ""), tool))
 
 
 # -- via lab --------------------------------------------------------------------------------------

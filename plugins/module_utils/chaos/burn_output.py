@@ -10,7 +10,7 @@ result lines, and a run without them is ``unknown``, never OK.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 
@@ -204,3 +204,18 @@ def parse_output(text: str, tool: str = "gpu_burn") -> Dict[str, Any]:
     if tool not in TOOLS:
         raise FieldError("tool", "must be one of %s, not %r" % (", ".join(TOOLS), tool))
     return parse_dcgm_diag(text) if tool == "dcgm_diag" else parse_gpu_burn(text)
+
+
+# Verdicts that say the node is not fit for work (gpu-burn's wrong results or dead test process,
+# a failed DCGM test).
+UNFIT = ("faulty", "error", "fail")
+
+
+def summary(result: Mapping[str, Any]) -> Dict[str, Any]:
+    """What a drill report keeps of a parsed output: the tool, its verdict and why."""
+    if result.get("tool") == "dcgm_diag":
+        why = ", ".join("%s failed" % name for name in result.get("failed") or []) or ", ".join(
+            "%s warned" % name for name in result.get("warned") or [])
+    else:
+        why = "; ".join(result.get("reasons") or [])
+    return {"tool": result.get("tool"), "verdict": result.get("verdict"), "why": why or "-"}

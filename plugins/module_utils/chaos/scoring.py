@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.burn_output import UNFIT
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID, resiliency_score
 
 SCHEMA = SCHEMA_ID
@@ -127,6 +128,10 @@ def document(drill: Mapping[str, Any], phases: Sequence[Mapping[str, Any]], obse
     # A knob this site could not apply ran as a shortfall of the drill, not as a failure: say so.
     findings += ["not injected (missing capability): %s" % text for text in drill.get("not_injected") or []]
     for fault in faults:
+        burned = (fault.get("observed") or {}).get("burn") or {}
+        if burned.get("verdict") in UNFIT:
+            findings.append("%s on %s found the node unfit for work (%s): %s" % (
+                burned.get("tool"), fault.get("node"), burned["verdict"], burned.get("why")))
         if fault.get("rollback") != "done":
             findings.append("fault %s on %s was not rolled back (%s)" % (
                 fault["id"], fault.get("node"), fault.get("rollback")))

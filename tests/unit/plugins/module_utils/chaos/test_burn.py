@@ -459,6 +459,26 @@ def test_revert_via_slurm_of_an_ended_job_is_already_done() -> None:
     assert burn.revert({"via": "slurm", "job_id": "4242", "job_name": "x"}, slurm_ctx(fake))["already"] is True
 
 
+FAULTY_RUN = ("100.0%  proc'd: 2400 (41002 Gflop/s) - 2310 (40512 Gflop/s)   errors: 0 - 3   temps: 66 C - 68 C \n",
+              "Tested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: FAULTY\n")
+
+
+def test_revert_via_slurm_reads_the_burns_verdict_from_its_output(tmp_path) -> None:
+    """gpu-burn exits 0 whatever it found: the rollback reads its output, and the report gets the verdict."""
+    output = tmp_path / "burn.out"
+    output.write_text(burn_output(*FAULTY_RUN))
+    undo = {"via": "slurm", "job_id": "4242", "job_name": "x", "tool": "gpu_burn", "output": str(output)}
+    result = burn.revert(undo, slurm_ctx(FakeSlurm()))
+    assert result["observed"] == {"burn": {"tool": "gpu_burn", "verdict": "faulty",
+                                           "why": "GPU(s) 1 FAULTY: wrong results under load"}}
+    output.unlink()
+    missing = burn.revert(undo, slurm_ctx(FakeSlurm()))["observed"]["burn"]
+    assert missing["verdict"] == "unknown" and "%s cannot be read on this host" % output in missing["why"]
+    # A neighbour job (the lab's sleep) has no tool: nothing to read; check mode reads nothing either.
+    assert "observed" not in burn.revert(dict(undo, tool=None), slurm_ctx(FakeSlurm()))
+    assert "observed" not in burn.revert(undo, slurm_ctx(FakeSlurm(), check_mode=True))
+
+
 def test_revert_via_slurm_other_scancel_errors_raise() -> None:
     fake = FakeSlurm(scancel_err="scancel: error: Unable to contact slurm controller\n")
     with pytest.raises(SlurmCommandError):
@@ -495,6 +515,7 @@ class FakeCoreV1:
         self.pods: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.calls: List[Tuple[str, Any, Dict[str, Any]]] = []
         self.allocatable = allocatable if allocatable is not None else {"nvidia.com/gpu": "8", "cpu": "64"}
+        self.log = ""
 
     def read_node(self, name: str) -> Dict[str, Any]:
         return {"metadata": {"name": name}, "status": {"allocatable": self.allocatable}}
@@ -507,6 +528,12 @@ class FakeCoreV1:
         if not kwargs.get("dry_run"):
             self.pods[key] = body
         return body
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> str:
+        self.calls.append(("log", (namespace, name), kwargs))
+        if (namespace, name) not in self.pods:
+            raise StatusError(404)
+        return self.log
 
     def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> Dict[str, Any]:
         self.calls.append(("delete", (namespace, name), kwargs))
@@ -533,7 +560,10 @@ def test_inject_via_kubernetes_creates_the_pod_and_revert_deletes_it() -> None:
                     "check_mode": False}
     # A rerun after a crash finds it there.
     assert burn.inject(kube_spec(), ctx)["existed"] is True
-    assert burn.revert(dict(kube_spec(), **undo), ctx)["already"] is False
+    api.log = burn_output(*FAULTY_RUN)
+    reverted = burn.revert(dict(kube_spec(), **undo), ctx)
+    assert reverted["already"] is False and reverted["observed"]["burn"]["verdict"] == "faulty"
+    assert [call[0] for call in api.calls[-2:]] == ["log", "delete"], "the log is read before the Pod goes"
     assert api.pods == {}
     assert burn.revert(dict(kube_spec(), **undo), ctx) == {"reverted": [], "already": True}
     # The spec alone (crash mid-inject) names the same Pod.
@@ -713,3 +743,23 @@ def test_the_pod_namespace_defaults_to_the_drills_chaos_namespace() -> None:
     undo = burn.inject(kube_spec(gpus=[0], namespace="other"), FaultContext.of(lab_dir=None, check_mode=False,
                                                                 core_v1=api, namespace="chaos-x"))
     assert undo["namespace"] == "other"
+
+
+def test_a_burn_that_found_the_node_unfit_is_a_finding_of_the_drill() -> None:
+    import jsonschema
+
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import scoring
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.report import document
+
+    drill = {"id": "d-20261204-000000-ab12", "experiment": "gpu_burn", "family": "burn", "targets": [NODE],
+             "started_at": 1.0}
+    verdicts = {"faulty": "GPU(s) 1 FAULTY: wrong results under load", "ok": "-", "unknown": "no result lines"}
+    faults = [{"id": "f-%s" % verdict, "node": NODE, "rollback": "done", "actions": ["cancelled Slurm job 4242"],
+               "observed": {"burn": {"tool": "gpu_burn", "verdict": verdict, "why": why}}}
+              for verdict, why in verdicts.items()]
+    doc = scoring.document(drill, [], {}, faults, 2.0)
+    jsonschema.Draft202012Validator(document.DRILL_SCHEMA).validate(doc)
+    found = [text for text in doc["findings"] if text.startswith("gpu_burn on")]
+    assert found == ["gpu_burn on %s found the node unfit for work (faulty): GPU(s) 1 FAULTY: wrong results under "
+                     "load" % NODE], "ok and unknown are not findings (unknown: cut short, not a fault)"
+    assert "observed burn: tool=gpu_burn, verdict=faulty, why=GPU(s) 1 FAULTY" in document.fault_rows(doc)[0][-1]
