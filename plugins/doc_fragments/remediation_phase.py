@@ -26,8 +26,8 @@ options:
         description: The phase this module's work is.
         type: str
         required: true
-        choices: [fence, quarantine, notify, jobs, down, opt_out, drain, reset_gpu, restart_fm, verify, resume,
-                  replace, hold, record]
+        choices: [fence, quarantine, notify, jobs, down, opt_out, drain, evidence, reset_gpu, restart_fm, verify,
+                  resume, replace, hold, record]
       outcome:
         description: More outcome to store with the module's own (what an earlier task of the same phase did).
         type: dict

@@ -43,6 +43,7 @@ PHASES = (
     "down",  # Slurm DOWN with our reason (the node leaves the scheduler for good)
     "opt_out",  # node or pod labelled gpufleet.io/remediation=disabled: stop here, fenced
     "drain",  # evictions through the Eviction API, PDBs honoured
+    "evidence",  # the evidence bundle: Slurm, Kubernetes, the agent's view, kernel log, bug report
     "reset_gpu",  # nvidia-smi -r (a state reset of the fake GPU in the lab)
     "restart_fm",  # restart the fabric manager
     "verify",  # the node's GpuHealthy condition is True again
@@ -56,16 +57,18 @@ ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", 
 # What a refused remediation may still do while the breaker is open: stop new work (reversible).
 BREAKER_OPEN_MAY = frozenset(("fence",))
 
-_REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record")
-_RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "reset_gpu", "verify", "resume", "record")
-_HOLD = ("fence", "quarantine", "notify", "jobs", "down", "hold", "record")
+# The evidence is collected before the node is reset, replaced or held: afterwards it is gone.
+_REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record")
+_RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "evidence", "reset_gpu", "verify", "resume",
+          "record")
+_HOLD = ("fence", "quarantine", "notify", "jobs", "down", "evidence", "hold", "record")
 
 DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "RESTART_BM": _REPLACE,
     "RESTART_VM": _REPLACE,
     "RESET_GPU": _RESET,
     "DRAIN_AND_RESET": _RESET,
-    "RESTART_FM": ("fence", "notify", "jobs", "restart_fm", "verify", "resume", "record"),
+    "RESTART_FM": ("fence", "notify", "jobs", "evidence", "restart_fm", "verify", "resume", "record"),
     "RESTART_APP": ("notify", "record"),
     "CONTACT_SUPPORT": _HOLD,
     "DECODE": _HOLD,

@@ -39,6 +39,8 @@ def audit_record(progress: Mapping[str, Any]) -> Dict[str, Any]:
                 }
             )
     jobs = ((phases.get("jobs") or {}).get("outcome") or {}).get("jobs") or []
+    # Where the evidence bundle is (None: the plan had no evidence phase, or it was turned off).
+    evidence = ((phases.get("evidence") or {}).get("outcome") or {}).get("path")
     started = float(progress.get("started_at") or 0)
     finished = progress.get("finished_at")
     return {
@@ -59,6 +61,7 @@ def audit_record(progress: Mapping[str, Any]) -> Dict[str, Any]:
         "dry_run": bool(progress.get("dry_run")),
         "timeline": timeline,
         "jobs": jobs,
+        "evidence": evidence,
     }
 
 
@@ -134,13 +137,15 @@ def end_text(record: Mapping[str, Any]) -> str:
     # Where to see it as a picture: the fleet view draws it from the audit log.
     picture = "ansible-playbook playbooks/fleet-status.yml -e fleet_status_node=%s -e fleet_status_remediation_id=%s" \
         % (node, record.get("id"))
-    return "GPU node %s, remediation %s (%s): %s Jobs: %s. Timeline: %s" % (
+    evidence = " Evidence: %s" % record["evidence"] if record.get("evidence") else ""
+    return "GPU node %s, remediation %s (%s): %s Jobs: %s. Timeline: %s%s" % (
         node,
         record.get("id"),
         (record.get("plan") or {}).get("name"),
         detail,
         fates,
         picture,
+        evidence,
     )
 
 

@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.report.documen
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record"]
+REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record"]
 
 
 def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):

@@ -34,6 +34,7 @@ REMEDIATION_MAY = [
     ("list", "pods", "", ""), ("create", "pods", "eviction", "default"), ("create", "pods", "eviction", "slurm"),
     ("get", "configmaps", "", STATE_NAMESPACE), ("create", "configmaps", "", STATE_NAMESPACE),
     ("update", "configmaps", "", STATE_NAMESPACE), ("create", "events", "", "default"),
+    ("list", "events", "", "default"),  # the evidence bundle: the Events about the node
     # provider lab: the spare's kwok Node comes, the failed node's goes.
     ("create", "nodes", "", ""), ("delete", "nodes", "", ""),
 ]
@@ -45,7 +46,7 @@ REMEDIATION_MAY_NOT = [
     ("update", "configmaps", "", "default"), ("create", "clusterrolebindings", "", ""),
     ("escalate", "clusterroles", "", ""), ("impersonate", "users", "", ""),
     ("create", "serviceaccounts", "token", STATE_NAMESPACE), ("patch", "daemonsets", "", STATE_NAMESPACE),
-    ("create", "events", "", "kube-system"),
+    ("create", "events", "", "kube-system"), ("list", "events", "", "kube-system"),
 ]
 DRILL_MAY = [
     ("get", "nodes", "", ""), ("list", "nodes", "", ""),

@@ -22,7 +22,8 @@ from remediation_probe import NAMESPACE, Fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record"]
+REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
+                  "record"]
 
 
 def inject(lab, node, *xids, gpu=2):
@@ -166,6 +167,7 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
             "jobs",
             "opt_out",
             "drain",
+            "evidence",
             "reset_gpu",
             "verify",
             "resume",
@@ -221,7 +223,7 @@ def test_a_fault_for_support_is_fenced_and_held_for_a_human(fleet):
         record = fleet.audit(node)[-1]
         assert record["plan"]["name"] == "CONTACT_SUPPORT", record
         timeline = {step["phase"]: step["outcome"] for step in record["timeline"]}
-        assert list(timeline) == ["fence", "quarantine", "notify", "jobs", "down", "hold", "record"]
+        assert list(timeline) == ["fence", "quarantine", "notify", "jobs", "down", "evidence", "hold", "record"]
         assert timeline["hold"]["label"] == "gpufleet.io/remediation-hold=true" and timeline["hold"]["why"]
         kube = fleet.kube_node(node)
         assert kube["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
@@ -298,6 +300,9 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
     lab = fleet.lab
     job, node = fleet.submit_train_sim(tmp_path / "job")
     inject(lab, node, 79)
+    # The same fault as the driver logs it, for the evidence's kernel log.
+    AgentProbe(lab, node).kernel_line("NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=train_sim, "
+                                      "GPU has fallen off the bus.")
     updates_before = len(slurm_updates(lab, node))
     spares_before = set(fleet.active_nodes())
     kills = []
@@ -332,6 +337,21 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
         assert Fleet.output(tmp_path / "job").count("signal=SIGTERM") == 1
         added = set(fleet.active_nodes()) - spares_before
         assert len(added) == 1 and fleet.kube_node(node) is None
+        # The evidence, collected once before the replacement, holds the fault as each part saw it.
+        evidence_dir = lab.lab_dir / "remediation" / "evidence"
+        bundles = [evidence_dir / record["id"]]
+        assert record["evidence"] == str(bundles[0]) and not (evidence_dir / (record["id"] + ".partial")).exists()
+        manifest = json.loads((bundles[0] / "manifest.json").read_text())
+        assert [part["name"] for part in manifest["parts"]] == [
+            "slurm.json", "kubernetes.json", "agent-metrics.txt", "agent-journal.jsonl", "kernel.log"], manifest
+        assert [(m["part"], "is not on the PATH" in m["why"]) for m in manifest["missing"]] == [
+            ("nvidia-bug-report.log.gz", True)]
+        assert "79, pid=4242" in (bundles[0] / "kernel.log").read_text(), "the XID line the agent read"
+        assert re.search(r'gpufleet_gpu_xid_errors_total\{[^}]*xid="79"[^}]*\} [1-9]',
+                         (bundles[0] / "agent-metrics.txt").read_text()), "the agent's count of XID 79"
+        seen = json.loads((bundles[0] / "slurm.json").read_text())["node"]
+        assert seen["name"] == node and "DRAIN" in seen["flags"]
+        assert json.loads((bundles[0] / "kubernetes.json").read_text())["node"]["spec"]["unschedulable"] is True
         print("\ncrash safety: killed in %s; resumed %d times" % (kills, len(record["resumed_at"])))
     finally:
         fleet.cancel(job)

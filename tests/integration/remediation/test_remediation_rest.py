@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-RESTART_BM = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record"]
+RESTART_BM = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record"]
 
 
 def rest_settings(slurm_lab) -> Dict[str, Any]:

@@ -76,7 +76,8 @@ def test_fault_input_names_the_bad_field():
 # -- plans -------------------------------------------------------------------------------------------
 def test_fatal_xid79_plan_replaces_the_node():
     plan = plans.plan_for("RESTART_BM")
-    assert plan.phases == ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "replace", "record")
+    assert plan.phases == ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
+                           "record")
     assert plan.acts
 
 

@@ -27,7 +27,8 @@ def record(plan_name="RESTART_BM", steps=(), result="succeeded", stop=None):
 
 REPLACED = record(steps=[("fence", 0.2, {}), ("quarantine", 0.3, {}), ("notify", 0.5, {}),
                          ("jobs", 3.0, {"jobs": [JOB]}), ("down", 3.2, {}), ("opt_out", 3.4, {}),
-                         ("drain", 5.0, {}), ("replace", 14.0, {"spare": "gpu-a-005"}), ("record", 14.1, {})])
+                         ("drain", 5.0, {}), ("evidence", 5.4, {"path": "/var/lib/gpufleet/evidence/r-1"}),
+                         ("replace", 14.0, {"spare": "gpu-a-005"}), ("record", 14.1, {})])
 
 
 def groups(root, cls):
@@ -71,7 +72,7 @@ def test_an_opt_out_skips_the_rest_and_says_why():
                      stop="node labelled gpufleet.io/remediation=disabled")
     root = ET.fromstring(remediation_svg.render(stopped))
     skipped = [g for g in groups(root, "phase") if "outcome-skipped" in g.get("class")]
-    assert [g.get("class").split()[1] for g in skipped] == ["phase-drain", "phase-replace"]
+    assert [g.get("class").split()[1] for g in skipped] == ["phase-drain", "phase-evidence", "phase-replace"]
     assert any("skipped: node labelled" in t for g in skipped for t in texts(g))
     assert any("stopped at opt_out" in t for t in texts(root))
     assert "Jobs: none on the node" in texts(root)
