@@ -62,7 +62,6 @@ def drill_slurm(settings: Mapping[str, Any], check_mode: bool = False,
     return slurm_client(options, run=run, check_mode=check_mode)
 
 
-
 def has_slurm(settings: Mapping[str, Any]) -> bool:
     """Whether a Slurm was named (a slurm.conf, or slurmrestd): steady state and probes read it then."""
     return bool(settings.get("slurm_conf") or settings.get("slurm_api") == "rest")

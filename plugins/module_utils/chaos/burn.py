@@ -553,8 +553,8 @@ def _revert_kubernetes(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, 
         raise api_failure(exc, what) from exc
     except TransportError as exc:
         raise unreachable(exc, what) from exc
-    done: Dict[str, Any] = {"reverted": ["%s Pod %s/%s" % ("would delete" if ctx.check_mode else "deleted",
-                                                            namespace, name)], "already": False}
+    verb = "would delete" if ctx.check_mode else "deleted"
+    done: Dict[str, Any] = {"reverted": ["%s Pod %s/%s" % (verb, namespace, name)], "already": False}
     if observed:
         done["observed"] = observed
     return done

@@ -44,8 +44,8 @@ class FaultContext:
     def __post_init__(self) -> None:
         unknown = sorted(str(key) for key in self.slurm if key not in SLURM_SETTINGS)
         if unknown:
-            raise FieldError("slurm", "a fault context takes %s, not %s" % (", ".join(SLURM_SETTINGS),
-                                                                             ", ".join(unknown)))
+            raise FieldError("slurm", "a fault context takes %s, not %s"
+                             % (", ".join(SLURM_SETTINGS), ", ".join(unknown)))
 
     @classmethod
     def of(cls, **fields: Any) -> "FaultContext":

@@ -727,7 +727,7 @@ def test_the_engine_shaped_spec_round_trip(lab: Path) -> None:
     the_spec = {"experiment": "gpu_burn", "node": NODE, "backend": "default", "params": {"seconds": 60, "via": "lab"},
                 "fault_id": "f-20261130-195000-ab12-%s" % NODE, "lab_dir": str(lab)}
     ctx = FaultContext.of(lab_dir=str(lab), slurm_conf=None, check_mode=False, kubeconfig=None, context=None,
-           namespace="gpufleet-chaos")
+                          namespace="gpufleet-chaos")
     assert burn.plan(the_spec)["via"] == "lab"
     undo = burn.inject(the_spec, ctx)
     assert burn.revert(dict(the_spec, **undo), ctx)["already"] is False
@@ -736,12 +736,10 @@ def test_the_engine_shaped_spec_round_trip(lab: Path) -> None:
 
 def test_the_pod_namespace_defaults_to_the_drills_chaos_namespace() -> None:
     api = FakeCoreV1()
-    undo = burn.inject(kube_spec(gpus=[0]), FaultContext.of(lab_dir=None, check_mode=False, core_v1=api,
-                                             namespace="chaos-x"))
+    undo = burn.inject(kube_spec(gpus=[0]), FaultContext(core_v1=api, namespace="chaos-x"))
     assert undo["namespace"] == "chaos-x" and ("chaos-x", "gpufleet-chaos-burn-f-1a2b") in api.pods
     # params.namespace wins.
-    undo = burn.inject(kube_spec(gpus=[0], namespace="other"), FaultContext.of(lab_dir=None, check_mode=False,
-                                                                core_v1=api, namespace="chaos-x"))
+    undo = burn.inject(kube_spec(gpus=[0], namespace="other"), FaultContext(core_v1=api, namespace="chaos-x"))
     assert undo["namespace"] == "other"
 
 

@@ -164,11 +164,11 @@ def test_io_max_lines() -> None:
         checkpoint_parse.io_max_line("8:0", None, None)
     text = "8:0 rbps=1048576 wbps=max riops=max wiops=max\n259:0 rbps=max wbps=10 riops=max wiops=max\n"
     assert checkpoint_parse.parse_io_max(text) == {"8:0": "8:0 rbps=1048576 wbps=max riops=max wiops=max",
-                                             "259:0": "259:0 rbps=max wbps=10 riops=max wiops=max"}
+                                                   "259:0": "259:0 rbps=max wbps=10 riops=max wiops=max"}
     assert checkpoint_parse.parse_io_max("") == {}
     assert checkpoint_parse.restore_line("8:0", None) == "8:0 rbps=max wbps=max riops=max wiops=max"
-    assert checkpoint_parse.restore_line("8:0", "8:0 rbps=5 wbps=max riops=max wiops=max").endswith("rbps=5 wbps=max "
-                                                                                              "riops=max wiops=max")
+    restored = checkpoint_parse.restore_line("8:0", "8:0 rbps=5 wbps=max riops=max wiops=max")
+    assert restored.endswith("rbps=5 wbps=max riops=max wiops=max")
 
 
 @pytest.mark.parametrize(("value", "rate"), [(1, "1"), ("10M", str(10 * MIB)), ("2k", "2048"), ("max", "max"),
