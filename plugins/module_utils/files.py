@@ -25,6 +25,19 @@ def read_or_none(path: str) -> Optional[bytes]:
         return None
 
 
+def read_tail(path: str, limit: int) -> bytes:
+    """The last ``limit`` bytes of a file, from a line start where one is in reach: the end of a
+    log or a burn's output, where the verdict is, without reading a large file whole."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - limit))
+        data = handle.read(limit)
+    if size > limit and b"\n" in data:
+        data = data[data.index(b"\n") + 1:]
+    return data
+
+
 def write_atomic(path: str, data: bytes, mode: int = 0o644, uid: Optional[int] = None,
                  gid: Optional[int] = None) -> None:
     """A reader sees the old file or the new one, never a part: a temporary file in the same

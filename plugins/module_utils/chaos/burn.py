@@ -40,6 +40,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_tail
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
     TransportError,
@@ -477,10 +478,7 @@ OUTPUT_TAIL_LINES = 5000
 def _output_verdict(path: str, tool: str) -> Dict[str, Any]:
     """The burn's output file parsed (burn_output.summary), or why it could not be read here."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - OUTPUT_TAIL_BYTES))
-            text = handle.read().decode("utf-8", "replace")
+        text = read_tail(path, OUTPUT_TAIL_BYTES).decode("utf-8", "replace")
     except OSError as exc:
         return {"tool": tool, "verdict": "unknown",
                 "why": "the output %s cannot be read on this host (%s): read it on the node" % (path, exc.strerror)}

@@ -58,18 +58,6 @@ def check_id(value: Any, field: str) -> str:
     return value
 
 
-def tail(path: str, limit: int) -> bytes:
-    """The last ``limit`` bytes of a file, from a line start where one is in reach."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        handle.seek(max(0, size - limit))
-        data = handle.read(limit)
-    if size > limit and b"\n" in data:
-        data = data[data.index(b"\n") + 1:]
-    return data
-
-
 def as_json(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
 

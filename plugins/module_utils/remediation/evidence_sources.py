@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_tail
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import EVENT_NAMESPACE
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import evidence
 
@@ -36,7 +37,7 @@ def _file(config: Callable[[], Dict[str, Any]], key: Callable[[Dict[str, Any]], 
         path = key(config())
         if not path:
             raise FileNotFoundError("the agent's configuration names no %s" % what)
-        return evidence.tail(str(path), limit)
+        return read_tail(str(path), limit)
     return read
 
 

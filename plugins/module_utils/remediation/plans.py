@@ -8,8 +8,9 @@ The table follows NVIDIA's XID catalog buckets (docs/health.md), proportionate t
   (Slurm DRAIN, cordon and taint, in the run that claims it), then notify, let its jobs checkpoint
   and requeue, take it out of Kubernetes and replace it from spare capacity.
 * ``RESET_GPU``/``DRAIN_AND_RESET`` (XID 48, 48+63, 62, ...): fence and quarantine first, drain,
-  reset the GPU, verify that it is healthy, and put the node back in service.
-* ``RESTART_FM`` (XID 45 alone): fence, restart the fabric manager, verify, resume.
+  reset the GPU, verify that it is healthy, validate it under load (a burn on the node itself,
+  ``validation.py``), and put the node back in service.
+* ``RESTART_FM`` (XID 45 alone): fence, restart the fabric manager, verify, validate, resume.
 * ``RESTART_APP`` (XID 13, 31, ...): the application's fault, not the node's; notify (and requeue
   the node's jobs only where a site puts ``jobs`` in this plan).
 * ``CONTACT_SUPPORT``/``DECODE``: fence and quarantine first, then hold the node for a human.
@@ -47,20 +48,22 @@ PHASES = (
     "reset_gpu",  # nvidia-smi -r (a state reset of the fake GPU in the lab)
     "restart_fm",  # restart the fabric manager
     "verify",  # the node's GpuHealthy condition is True again
+    "validate",  # a burn on the node itself, reserved for it in Slurm; a failure holds the node
     "resume",  # undo quarantine and fence: the node is back in service
     "replace",  # retire the node, bring a spare online (lab | clusterapi | command)
     "hold",  # label the node for a human and fire an alert
     "record",  # the audit record: one JSON line with the whole timeline
 )
 # Phases that change the node's state: a plan with one of these needs a circuit-breaker slot.
-ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", "restart_fm", "replace", "hold"))
+ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", "restart_fm", "validate", "replace",
+                           "hold"))
 # What a refused remediation may still do while the breaker is open: stop new work (reversible).
 BREAKER_OPEN_MAY = frozenset(("fence",))
 
 # The evidence is collected before the node is reset, replaced or held: afterwards it is gone.
 _REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record")
-_RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "evidence", "reset_gpu", "verify", "resume",
-          "record")
+_RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "evidence", "reset_gpu", "verify", "validate",
+          "resume", "record")
 _HOLD = ("fence", "quarantine", "notify", "jobs", "down", "evidence", "hold", "record")
 
 DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
@@ -68,7 +71,7 @@ DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "RESTART_VM": _REPLACE,
     "RESET_GPU": _RESET,
     "DRAIN_AND_RESET": _RESET,
-    "RESTART_FM": ("fence", "notify", "jobs", "evidence", "restart_fm", "verify", "resume", "record"),
+    "RESTART_FM": ("fence", "notify", "jobs", "evidence", "restart_fm", "verify", "validate", "resume", "record"),
     "RESTART_APP": ("notify", "record"),
     "CONTACT_SUPPORT": _HOLD,
     "DECODE": _HOLD,
@@ -78,13 +81,14 @@ DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
 }
 
 # What the notification says will be done, per plan.
-_RESET_INTENT = "fence it, let its jobs checkpoint and requeue, drain it, reset the GPU and put it back in service"
+_RESET_INTENT = ("fence it, let its jobs checkpoint and requeue, drain it, reset the GPU, validate it under load "
+                 "and put it back in service")
 INTENTS = {
     "RESTART_BM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
     "RESTART_VM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
     "RESET_GPU": _RESET_INTENT,
     "DRAIN_AND_RESET": _RESET_INTENT,
-    "RESTART_FM": "fence it, restart the fabric manager and put the node back in service",
+    "RESTART_FM": "fence it, restart the fabric manager, validate it under load and put the node back in service",
     "RESTART_APP": "nothing on the node: the application's fault (its job restarts by itself)",
     "CONTACT_SUPPORT": "fence and quarantine it and hold it for a human (the catalog asks for support)",
     "DECODE": "fence and quarantine it and hold it for a human (the error needs its registers decoded)",

@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int
 
 # The options of sbatch that a BatchJob uses, in command-line order (runner.SLURM_COMMANDS has their formats).
-SBATCH_OPTIONS = ("parsable", "nodelist", "gres", "time", "job_name", "output", "wrap")
+SBATCH_OPTIONS = ("parsable", "nodelist", "gres", "time", "job_name", "output", "reservation", "wrap")
 # What a job submitted through slurmrestd finds in its environment: enough to find the usual programs.
 REST_ENVIRONMENT = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C")
 
@@ -36,6 +36,8 @@ class BatchJob:
     output: str
     gpus: Optional[int] = None
     workdir: str = "/tmp"
+    # A reservation the job runs in: a validation job on a node reserved for it (Flags=MAINT).
+    reservation: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -53,7 +55,7 @@ class BatchJob:
         """The values of SBATCH_OPTIONS for the CLI."""
         return {"parsable": True, "nodelist": self.node, "time": str(self.minutes), "job_name": self.name,
                 "gres": None if self.gpus is None else "gpu:%d" % self.gpus, "output": self.output,
-                "wrap": shlex.join(self.command)}
+                "reservation": self.reservation, "wrap": shlex.join(self.command)}
 
     def rest_body(self) -> Dict[str, Any]:
         """The body of slurmrestd's ``job/submit``."""
@@ -65,4 +67,6 @@ class BatchJob:
         }
         if self.gpus is not None:
             job["tres_per_node"] = "gres/gpu:%d" % self.gpus
+        if self.reservation:
+            job["reservation"] = self.reservation
         return {"job": job}

@@ -179,6 +179,33 @@ class SlurmClient:
         a rollback that finds its load job gone has nothing left to stop."""
         return unless_gone(lambda: self.cancel([job_id]))
 
+    def reservation_exists(self, name: str) -> bool:
+        """``scontrol show reservation <name>``: False when Slurm says it is not there."""
+        try:
+            self.runner.run("scontrol", "oneliner action", oneliner=True, action=["show", "reservation", name])
+        except SlurmCommandError as exc:
+            if "not found" in (exc.stderr or "") + (exc.stdout or ""):
+                return False
+            raise
+        return True
+
+    def create_reservation(self, name: str, node: str, users: str) -> CommandResult:
+        """A maintenance reservation of ``node`` for ``users`` alone, from now until it is deleted:
+        ``scontrol create reservation ReservationName=<name> Nodes=<node> StartTime=now
+        Duration=UNLIMITED Users=<users> Flags=MAINT,IGNORE_JOBS``. Only their jobs that name it
+        may start there; a job already running is left alone (IGNORE_JOBS)."""
+        check_node(node)
+        return self.runner.run(
+            "scontrol", "action reservation_name reservation_nodes start_time duration users flags", mutating=True,
+            nodes=[node], action=["create", "reservation"], reservation_name=name, reservation_nodes=node,
+            start_time="now", duration="UNLIMITED", users=users, flags="MAINT,IGNORE_JOBS")
+
+    def delete_reservation(self, name: str) -> Optional[CommandResult]:
+        """``scontrol delete reservation <name>``; None when it is not there (deleted before a crash)."""
+        if not self.reservation_exists(name):
+            return None
+        return self.runner.run("scontrol", "action", mutating=True, action=["delete", "reservation", name])
+
     def submit(self, job: BatchJob) -> Tuple[Optional[str], CommandResult]:
         """``sbatch --parsable -w <node> ... --wrap '<command>'``: the job id (None in check mode) and the call."""
         check_node(job.node)

@@ -90,6 +90,14 @@ SLURM_COMMANDS: Dict[str, Dict[str, ArgFormat]] = {
         "available_features": Fmt.key_value("AvailableFeatures"),
         "active_features": Fmt.key_value("ActiveFeatures"),
         "job_list": Fmt.joined(","),
+        # A validation job's reservation (remediation/validation_run.py): the name is ours, derived
+        # from a remediation id, and the node checked, so neither can read as another key.
+        "reservation_name": Fmt.key_value("ReservationName"),
+        "reservation_nodes": Fmt.key_value("Nodes"),
+        "start_time": Fmt.key_value("StartTime"),
+        "duration": Fmt.key_value("Duration"),
+        "users": Fmt.key_value("Users"),
+        "flags": Fmt.key_value("Flags"),
     },
     "sinfo": {
         "json": Fmt.flag("--json"),
@@ -116,6 +124,7 @@ SLURM_COMMANDS: Dict[str, Dict[str, ArgFormat]] = {
         "time": Fmt.opt_eq("--time"),
         "job_name": Fmt.opt_eq("--job-name"),
         "output": Fmt.opt_eq("--output"),
+        "reservation": Fmt.opt_eq("--reservation"),
         # One argv word: sbatch wraps the string in a small sh script itself (man sbatch, --wrap).
         "wrap": lambda value: [] if value is None else ["--wrap", str(value)],
     },

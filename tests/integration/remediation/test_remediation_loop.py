@@ -170,6 +170,7 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
             "evidence",
             "reset_gpu",
             "verify",
+            "validate",
             "resume",
             "record",
         ]
@@ -182,7 +183,45 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
         assert not [t for t in kube["spec"].get("taints") or [] if t["key"] == "gpufleet.io/gpu-unhealthy"]
         assert AgentProbe(fleet.lab, node).condition()["status"] == "True"
         assert fleet.slurm_states()[node].startswith("idle|")
+        # Validated under load before it came back: the lab's burn ran as a Slurm job on the node,
+        # in a reservation of it, which is gone again.
+        validate = {step["phase"]: step["outcome"] for step in record["timeline"]}["validate"]
+        assert validate["passed"] is True and validate["verdict"] == "ok" and validate["job_id"], validate
+        assert "GPU 7: OK" in (fleet.lab.lab_dir / "remediation" / "validation" / (validate["reservation"] + ".out")
+                               ).read_text()
+        assert validate["reservation"] not in fleet.lab.slurm("scontrol", "show", "reservation", check=False)
     finally:
+        fleet.heal(node)
+
+
+def test_a_reset_whose_validation_fails_is_held_with_the_evidence(fleet):
+    """NVML sees the GPU healthy after the reset, but it burns at 40 % of its neighbours' rate (the
+    lab's perf_permille, which a reset keeps): the validation fails, the node stays fenced and is held,
+    and the burn's output joins the evidence bundle."""
+    node = fleet.active_nodes()[1]
+    probe = AgentProbe(fleet.lab, node)
+    before = probe.gpu(3)["perf_permille"]
+    probe.fakegpu("set", "--gpu", "3", "perf_permille=400")
+    inject(fleet.lab, node, 48)
+    try:
+        run = fleet.remediate(node)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "validate", record
+        validate = {step["phase"]: step["outcome"] for step in record["timeline"]}["validate"]
+        assert validate["passed"] is False and validate["slow"] == [3], validate
+        assert "GPU(s) 3 below 75% of the node's fastest GPU (40%)" in record["stopped"]["why"]
+        # Never back in service: drained in Slurm with why, cordoned, tainted, held for a human.
+        slurm = fleet.slurm_node(node)
+        assert "DRAIN" in slurm["State"] and slurm["Reason"].startswith("gpufleet: validation failed: GPU(s) 3"), slurm
+        kube = fleet.kube_node(node)
+        assert kube["spec"]["unschedulable"] and kube["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
+        assert "resume" not in [s["phase"] for s in record["timeline"] if not s["outcome"].get("skipped")]
+        # The evidence: the bundle collected before the reset, and the burn's output beside it.
+        assert record["evidence"] and "GPU 3: OK" in open(os.path.join(record["evidence"], "validation.txt")).read()
+        assert validate["reservation"] not in fleet.lab.slurm("scontrol", "show", "reservation", check=False)
+    finally:
+        probe.fakegpu("set", "--gpu", "3", "perf_permille=%d" % before)
         fleet.heal(node)
 
 

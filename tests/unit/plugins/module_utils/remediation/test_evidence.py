@@ -12,6 +12,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_tail
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import evidence
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.evidence_sources import sources
 
@@ -68,7 +69,7 @@ def test_the_oldest_bundles_beyond_keep_go(tmp_path):
 def test_a_tail_starts_at_a_line(tmp_path):
     log = tmp_path / "kmsg.log"
     log.write_bytes(b"first line\nsecond line\nNVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n")
-    assert evidence.tail(str(log), 70) == b"NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
+    assert read_tail(str(log), 70) == b"NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
 
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "../r-1", "r 1", "x\n"])

@@ -1,0 +1,212 @@
+"""The validation before return to service: what runs, how its output is judged, and the order of
+the Slurm steps, on a fake of our own Slurm client (the real slurmctld runs it in
+tests/integration/remediation/test_remediation_loop.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation import (
+    Validation,
+    judge,
+    names,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation_run import (
+    keep_output,
+    validate_node,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
+
+BURN_SIM = Path(__file__).resolve().parents[5] / "roles" / "slurm" / "files" / "gpu_burn_sim.py"
+REMEDIATION = "r-20261205T031502-gpu-a-003-1a2b3c"
+
+
+def params(tmp_path, **more):
+    base = dict(node="gpu-a-003", remediation_id=REMEDIATION, backend="lab", seconds=3, min_ratio=0.75,
+                output_dir=str(tmp_path / "out"), user="root", lab_dir=str(tmp_path / "lab"))
+    base.update(more)
+    return base
+
+
+def burn_output(tmp_path, node="gpu-a-003", **fields):
+    """What the lab's gpu_burn_sim prints for a node whose GPUs have ``fields`` ({gpu: {field: value}})."""
+    state = tmp_path / "lab" / "gpus" / node
+    fake_gpu_state.init(str(state), 8, node, "NVIDIA-H100-80GB-HBM3")
+    for gpu, values in fields.items():
+        fake_gpu_state.set_fields(str(state), int(gpu), **values)
+    done = subprocess.run([sys.executable, str(BURN_SIM), "--state-dir", str(state), "--seconds", "0"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.parametrize("field,value", [
+    ("node", "gpu-a-[1-3]"), ("remediation_id", ""), ("backend", "nccl"), ("seconds", 0), ("min_ratio", 1.5),
+    ("output_dir", "relative/dir"), ("user", "root;id"), ("lab_dir", None), ("dcgm_level", 4), ("gpus", 0),
+])
+def test_each_bad_field_is_named(tmp_path, field, value):
+    with pytest.raises(FieldError) as caught:
+        Validation.from_params(params(tmp_path, **{field: value}))
+    assert caught.value.field == field
+
+
+def test_names_derive_from_the_remediation_and_are_plain():
+    assert names(REMEDIATION) == names(REMEDIATION)
+    assert names(REMEDIATION) != names(REMEDIATION + "x")
+    assert names("r-'; rm -rf /").startswith("gpufleet-validate-") and names("x").replace("-", "").isalnum()
+
+
+def test_the_job_runs_in_the_reservation_on_the_node(tmp_path):
+    validation = Validation.from_params(params(tmp_path))
+    argv = SlurmRunner(bin_dir="/lab/bin").argv("sbatch", "parsable nodelist gres time job_name output reservation wrap",
+                                                **validation.batch_job(8).sbatch_values())
+    assert argv[:4] == ["/lab/bin/sbatch", "--parsable", "-w", "gpu-a-003"]
+    assert "--reservation=%s" % validation.name in argv and "--gres=gpu:8" in argv and "--time=2" in argv
+    assert argv[-1].startswith(str(tmp_path / "lab" / "bin" / "gpu_burn_sim") + " --state-dir ")
+    assert Validation.from_params(params(tmp_path, backend="dcgm_diag", dcgm_level=3)).command == (
+        "dcgmi", "diag", "-r", "3")
+    assert Validation.from_params(params(tmp_path, backend="gpu_burn", seconds=300)).command == (
+        "gpu_burn", "-d", "-m", "90%", "300")
+
+
+def test_a_healthy_node_passes_its_simulated_burn(tmp_path):
+    verdict = judge(burn_output(tmp_path), "gpu_burn", 0.75)
+    assert verdict["passed"] and verdict["verdict"] == "ok" and verdict["why"] == "", verdict
+
+
+def test_a_slow_gpu_fails_below_the_floor_and_passes_above_it(tmp_path):
+    text = burn_output(tmp_path, **{"3": {"perf_permille": 500}})
+    verdict = judge(text, "gpu_burn", 0.75)
+    assert not verdict["passed"] and verdict["slow"] == [3], verdict
+    assert "GPU(s) 3 below 75% of the node's fastest GPU" in verdict["why"]
+    assert judge(text, "gpu_burn", 0.0)["passed"]  # the floor off
+
+
+def test_a_gpu_with_double_bit_errors_is_faulty(tmp_path):
+    verdict = judge(burn_output(tmp_path, **{"5": {"ecc_dbe_volatile": 2}}), "gpu_burn", 0.75)
+    assert not verdict["passed"] and verdict["verdict"] == "faulty" and "GPU(s) 5 FAULTY" in verdict["why"]
+
+
+def test_a_burn_cut_short_never_passes():
+    verdict = judge("Burning for 120 seconds.\n", "gpu_burn", 0.75)
+    assert not verdict["passed"] and verdict["verdict"] == "unknown"
+    assert verdict["why"].startswith("the burn gave no verdict")
+
+
+class FakeSlurm:
+    """Our client's interface, recording each call; jobs end after ``runs`` polls."""
+
+    def __init__(self, drained=True, runs=2, reserved=False):
+        self.calls = []
+        self.reserved = reserved
+        self.drained = drained
+        self.runs = runs
+        self.submitted = []
+
+    def reservation_exists(self, name):
+        return self.reserved
+
+    def create_reservation(self, name, node, users):
+        self.calls.append(("reserve", name, node, users))
+        self.reserved = True
+
+    def delete_reservation(self, name):
+        self.calls.append(("unreserve", name))
+        was, self.reserved = self.reserved, False
+        return True if was else None
+
+    def nodes(self, names, with_jobs=True):
+        flags = ("DRAIN",) if self.drained else ()
+        return {names[0]: SimpleNamespace(flags=flags, state="IDLE", gpus=8)}
+
+    def set_node_state(self, node, state, reason=None):
+        self.calls.append(("state", node, state, reason))
+        self.drained = state == "DRAIN"
+
+    def submit(self, job):
+        assert self.reserved and not self.drained, "submitted before the node was reserved and resumed"
+        self.calls.append(("submit", job.reservation, job.gpus))
+        self.submitted.append(job)
+        return "77", None
+
+    def jobs(self):
+        self.runs -= 1
+        return [SimpleNamespace(job_id="77")] if self.runs > 0 else []
+
+    def cancel_unless_gone(self, job_id):
+        self.calls.append(("cancel", job_id))
+
+
+def run(tmp_path, client, output_text, intent=None, limit=None):
+    validation = Validation.from_params(params(tmp_path))
+    Path(validation.output_dir).mkdir(parents=True, exist_ok=True)
+    Path(validation.output).write_text(output_text)
+    recorded = []
+    clock = iter(range(0, 100000, 10)) if limit else iter(range(100000))
+    outcome = validate_node(client, validation, "gpufleet: Xid48 (remediation %s)" % REMEDIATION, intent or [],
+                            recorded.extend, clock=lambda: next(clock), sleep=lambda s: None)
+    return outcome, recorded
+
+
+def test_reserve_resume_submit_then_drain_before_the_reservation_goes(tmp_path):
+    client = FakeSlurm()
+    outcome, recorded = run(tmp_path, client, burn_output(tmp_path))
+    assert outcome["passed"] and recorded == ["77"]
+    kinds = [call[0] for call in client.calls]
+    assert kinds == ["reserve", "state", "submit", "state", "unreserve"], client.calls
+    assert client.calls[1][2] == "RESUME" and client.calls[2][1] == names(REMEDIATION)
+    # Passed: drained again with the fence's own reason, so the resume phase lifts it.
+    assert client.calls[3][2:] == ("DRAIN", "gpufleet: Xid48 (remediation %s)" % REMEDIATION)
+
+
+def test_a_failed_node_is_drained_with_why_and_not_resumed(tmp_path):
+    client = FakeSlurm()
+    outcome, _ = run(tmp_path, client, burn_output(tmp_path, **{"3": {"perf_permille": 400}}))
+    assert outcome["passed"] is False and outcome["slow"] == [3]
+    drained = [call for call in client.calls if call[0] == "state"][-1]
+    assert drained[2] == "DRAIN" and drained[3].startswith("gpufleet: validation failed: GPU(s) 3 below 75%")
+    assert client.calls[-1][0] == "unreserve"
+
+
+def test_a_rerun_waits_for_the_recorded_job_and_submits_nothing(tmp_path):
+    client = FakeSlurm(drained=False, reserved=True)
+    outcome, recorded = run(tmp_path, client, burn_output(tmp_path), intent=["77"])
+    assert outcome["passed"] and outcome["job_id"] == "77" and recorded == []
+    assert not client.submitted and [call[0] for call in client.calls] == ["state", "unreserve"]
+
+
+def test_a_job_that_never_ends_is_cancelled_and_fails(tmp_path):
+    client = FakeSlurm(runs=10 ** 6)
+    outcome, _ = run(tmp_path, client, "", limit=True)
+    assert outcome["passed"] is False and "did not end within 63 s" in outcome["why"]
+    assert ("cancel", "77") in client.calls and client.calls[-1][0] == "unreserve"
+
+
+def test_check_mode_does_nothing_and_says_what_it_would(tmp_path):
+    client = FakeSlurm()
+    validation = Validation.from_params(params(tmp_path))
+    outcome = validate_node(client, validation, "gpufleet: x", [], lambda ids: None, check_mode=True)
+    assert outcome["passed"] is None and client.calls == [] and len(outcome["actions"]) == 4
+
+
+def test_slurmrestd_is_refused_naming_slurm_api(tmp_path):
+    validation = Validation.from_params(params(tmp_path))
+    with pytest.raises(FieldError) as caught:
+        validate_node(object(), validation, "gpufleet: x", [], lambda ids: None)
+    assert caught.value.field == "slurm_api"
+
+
+def test_the_output_joins_the_evidence_bundle(tmp_path):
+    validation = Validation.from_params(params(tmp_path))
+    Path(validation.output_dir).mkdir(parents=True)
+    Path(validation.output).write_text("GPU 0: OK\n")
+    assert keep_output(validation, str(tmp_path / "evidence")) is None  # no bundle: nothing made up
+    (tmp_path / "evidence" / REMEDIATION).mkdir(parents=True)
+    copy = keep_output(validation, str(tmp_path / "evidence"))
+    assert Path(copy).read_text() == "GPU 0: OK\n"
