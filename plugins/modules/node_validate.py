@@ -22,8 +22,9 @@ description:
     phase's intent before the wait) and never submits a second.
   - Passes when the burn's verdict is C(ok) (gpu-burn, the lab's simulated burn) or C(pass)/C(warn) (DCGM)
     and, for a burn, no GPU runs below O(min_ratio) of the node's fastest. A burn with no result lines
-    never passes. Returns RV(passed); the node is drained with the fence's O(reason) when it passed (the
-    C(resume) phase lifts it), with C(gpufleet: validation failed: <why>) when it did not.
+    never passes.
+  - "Returns RV(passed); the node is drained with the fence's O(reason) when it passed (the C(resume) phase
+    lifts it), with C(gpufleet: validation failed: <why>) when it did not."
   - With O(progress), records the phase, and on a failure stops the remediation there (the node stays
     fenced; nothing after C(validate) runs but the record).
   - Needs Slurm's commands (O(slurm_api=cli)); through slurmrestd the reservation is not built yet and the
@@ -34,6 +35,12 @@ extends_documentation_fragment:
   - gpufleet.resilience.remediation_phase
   - gpufleet.resilience.slurm_api
   - gpufleet.resilience.slurm_api.rest
+attributes:
+  check_mode:
+    support: full
+    details: Says in RV(actions) what it would reserve, resume, run and drain; does none of it.
+  diff_mode:
+    support: none
 options:
   node:
     description: The node, one name.

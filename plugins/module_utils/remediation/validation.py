@@ -135,11 +135,12 @@ def judge(text: str, tool: str, min_ratio: float) -> Dict[str, Any]:
         why = burn_output.summary(result)["why"]
         reasons.append("the burn gave no verdict: %s" % why if verdict == "unknown" else why)
     slow = slow_gpus(result.get("gflops") or [], min_ratio)
+    slow_indices = [gpu for gpu, ratio in slow]
     if slow:
         reasons.append("GPU(s) %s below %d%% of the node's fastest GPU (%s)" % (
-            ", ".join(str(gpu) for gpu, _ in slow), round(min_ratio * 100),
-            ", ".join("%d%%" % round(ratio * 100) for _, ratio in slow)))
-    return {"passed": not reasons, "verdict": verdict, "why": "; ".join(reasons), "slow": [gpu for gpu, _ in slow],
+            ", ".join(str(gpu) for gpu in slow_indices), round(min_ratio * 100),
+            ", ".join("%d%%" % round(ratio * 100) for gpu, ratio in slow)))
+    return {"passed": not reasons, "verdict": verdict, "why": "; ".join(reasons), "slow": slow_indices,
             "gflops": result.get("gflops") or [], "tool": tool}
 
 

@@ -68,7 +68,7 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
             client.set_node_state(validation.node, "RESUME")
             actions.append("resumed %s into the reservation" % validation.node)
         gpus = validation.gpus or node.gpus or None
-        job_id, _ = client.submit(validation.batch_job(gpus))
+        job_id = client.submit(validation.batch_job(gpus))[0]
         record_intent([str(job_id)])
         outcome["job_id"] = str(job_id)
         actions.append("submitted job %s: %s" % (job_id, " ".join(validation.command)))

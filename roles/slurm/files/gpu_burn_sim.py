@@ -60,7 +60,7 @@ def main(argv=None):
     time.sleep(max(0.0, args.seconds))
     rates = [NOMINAL_GFLOPS * (int(state.get("perf_permille") or 1000) / 1000.0) for state in states]
     processed = " - ".join("%d (%d Gflop/s)" % (rate * args.seconds / 100, rate) for rate in rates)
-    errors = " - ".join("0" for _ in states)
+    errors = " - ".join(["0"] * len(states))
     temps = " - ".join("%s C" % (state.get("temperature") or "35") for state in states)
     print("100.0%%  proc'd: %s   errors: %s   temps: %s" % (processed, errors, temps))
     print("Killing processes.. done")

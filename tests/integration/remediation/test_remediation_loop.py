@@ -15,6 +15,7 @@ import re
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from agent_probe import AgentProbe, firing_alerts, wait_for
@@ -218,8 +219,25 @@ def test_a_reset_whose_validation_fails_is_held_with_the_evidence(fleet):
         assert kube["spec"]["unschedulable"] and kube["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
         assert "resume" not in [s["phase"] for s in record["timeline"] if not s["outcome"].get("skipped")]
         # The evidence: the bundle collected before the reset, and the burn's output beside it.
-        assert record["evidence"] and "GPU 3: OK" in open(os.path.join(record["evidence"], "validation.txt")).read()
+        assert record["evidence"] and "GPU 3: OK" in Path(record["evidence"], "validation.txt").read_text()
         assert validate["reservation"] not in fleet.lab.slurm("scontrol", "show", "reservation", check=False)
+
+        # A human returns it: refused while the GPU is still slow (nothing lifted; --check does nothing
+        # either), and back in service once it is not.
+        returned = fleet.lab.playbook("return-node.yml", extra={"remediation_node": node})
+        assert returned.rc != 0, returned.output[-3000:]
+        assert "failed its validation: GPU(s) 3 below 75%" in returned.output, returned.output[-3000:]
+        assert "DRAIN" in fleet.slurm_node(node)["State"] and fleet.kube_node(node)["spec"]["unschedulable"]
+        probe.fakegpu("set", "--gpu", "3", "perf_permille=%d" % before)
+        checked = fleet.lab.playbook("return-node.yml", "--check", extra={"remediation_node": node})
+        assert checked.rc == 0 and "DRAIN" in fleet.slurm_node(node)["State"], checked.output[-3000:]
+        returned = fleet.lab.playbook("return-node.yml", extra={"remediation_node": node})
+        assert returned.rc == 0 and "passed its validation (ok)" in returned.output, returned.output[-3000:]
+        kube = fleet.kube_node(node)
+        assert not kube["spec"].get("unschedulable")
+        assert "gpufleet.io/remediation-hold" not in kube["metadata"]["labels"]
+        assert not [t for t in kube["spec"].get("taints") or [] if t["key"] == "gpufleet.io/gpu-unhealthy"]
+        assert fleet.slurm_states()[node].startswith("idle|"), fleet.slurm_states()[node]
     finally:
         probe.fakegpu("set", "--gpu", "3", "perf_permille=%d" % before)
         fleet.heal(node)

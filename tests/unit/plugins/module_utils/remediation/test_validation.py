@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     keep_output,
     validate_node,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import SBATCH_OPTIONS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 BURN_SIM = Path(__file__).resolve().parents[5] / "roles" / "slurm" / "files" / "gpu_burn_sim.py"
@@ -64,8 +65,7 @@ def test_names_derive_from_the_remediation_and_are_plain():
 
 def test_the_job_runs_in_the_reservation_on_the_node(tmp_path):
     validation = Validation.from_params(params(tmp_path))
-    argv = SlurmRunner(bin_dir="/lab/bin").argv("sbatch", "parsable nodelist gres time job_name output reservation wrap",
-                                                **validation.batch_job(8).sbatch_values())
+    argv = SlurmRunner(bin_dir="/lab/bin").argv("sbatch", SBATCH_OPTIONS, **validation.batch_job(8).sbatch_values())
     assert argv[:4] == ["/lab/bin/sbatch", "--parsable", "-w", "gpu-a-003"]
     assert "--reservation=%s" % validation.name in argv and "--gres=gpu:8" in argv and "--time=2" in argv
     assert argv[-1].startswith(str(tmp_path / "lab" / "bin" / "gpu_burn_sim") + " --state-dir ")
@@ -167,7 +167,7 @@ def test_reserve_resume_submit_then_drain_before_the_reservation_goes(tmp_path):
 
 def test_a_failed_node_is_drained_with_why_and_not_resumed(tmp_path):
     client = FakeSlurm()
-    outcome, _ = run(tmp_path, client, burn_output(tmp_path, **{"3": {"perf_permille": 400}}))
+    outcome = run(tmp_path, client, burn_output(tmp_path, **{"3": {"perf_permille": 400}}))[0]
     assert outcome["passed"] is False and outcome["slow"] == [3]
     drained = [call for call in client.calls if call[0] == "state"][-1]
     assert drained[2] == "DRAIN" and drained[3].startswith("gpufleet: validation failed: GPU(s) 3 below 75%")
@@ -183,7 +183,7 @@ def test_a_rerun_waits_for_the_recorded_job_and_submits_nothing(tmp_path):
 
 def test_a_job_that_never_ends_is_cancelled_and_fails(tmp_path):
     client = FakeSlurm(runs=10 ** 6)
-    outcome, _ = run(tmp_path, client, "", limit=True)
+    outcome = run(tmp_path, client, "", limit=True)[0]
     assert outcome["passed"] is False and "did not end within 63 s" in outcome["why"]
     assert ("cancel", "77") in client.calls and client.calls[-1][0] == "unreserve"
 
