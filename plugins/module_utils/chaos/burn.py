@@ -20,7 +20,8 @@ so a burn ends even when nobody comes back. Rollback works from the spec alone a
 mid-inject: the job and Pod names derive from the fault id, and the lab writes its saved values to
 a journal file *before* it changes a GPU.
 
-Reading the burn's output (gpu-burn's and ``dcgmi diag``'s) is ``burn_output.py``: pure parsers.
+Reading the burn's output (gpu-burn's and ``dcgmi diag``'s) is ``health/burn_output.py``: pure parsers,
+shared with the remediation's validation burn.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output, experiments
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.burn_output import TOOLS
+from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext, context_slurm
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import bool_param, int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import fault_id as check_fault_id
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_tail
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import burn_output
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.burn_output import TOOLS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import (
     ApiException,
     TransportError,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.burn_output import UNFIT
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.burn_output import UNFIT
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import SCHEMA_ID, resiliency_score
 
 SCHEMA = SCHEMA_ID

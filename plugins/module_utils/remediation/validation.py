@@ -12,7 +12,7 @@ land there meanwhile), and its output decides:
 * ``gpu_burn`` - ``gpu_burn -d -m 90% <seconds>``;
 * ``dcgm_diag`` - ``dcgmi diag -r <level>`` (2: about 2 minutes; 3: about 15).
 
-The output is read by the drills' parsers (``chaos/burn_output.py``). It passes when the verdict
+The output is read by the drills' parsers (``health/burn_output.py``). It passes when the verdict
 is ``ok`` (gpu-burn) or ``pass``/``warn`` (DCGM: a warning such as persistence mode off does not
 keep a node out), and, for a burn, no GPU runs below ``min_ratio`` of the node's fastest GPU. A
 burn cut short, with no result lines, never passes.
@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_number
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import burn_output
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_node
 

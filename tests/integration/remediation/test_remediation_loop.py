@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from agent_probe import AgentProbe, firing_alerts, wait_for
-from remediation_probe import NAMESPACE, Fleet
+from remediation_probe import NAMESPACE, Fleet, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -237,7 +237,8 @@ def test_a_reset_whose_validation_fails_is_held_with_the_evidence(fleet):
         assert not kube["spec"].get("unschedulable")
         assert "gpufleet.io/remediation-hold" not in kube["metadata"]["labels"]
         assert not [t for t in kube["spec"].get("taints") or [] if t["key"] == "gpufleet.io/gpu-unhealthy"]
-        assert fleet.slurm_states()[node].startswith("idle|"), fleet.slurm_states()[node]
+        # Resumed: slurmd registers again, the node shows NOT_RESPONDING (idle*) for a moment.
+        wait_until(lambda: fleet.slurm_states()[node].startswith("idle|"), 30, "%s IDLE in Slurm" % node)
     finally:
         probe.fakegpu("set", "--gpu", "3", "perf_permille=%d" % before)
         fleet.heal(node)

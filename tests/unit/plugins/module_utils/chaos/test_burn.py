@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn
-from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn_output as outputs
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import burn_output as outputs
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import ApiException
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state as fgs
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmCommandError
