@@ -6,7 +6,7 @@ Slurm never starts a job on a DRAIN node, reservation or not. So, in this order:
 
 1. a maintenance reservation of the node, for the remediation's user alone
    (``Flags=MAINT,IGNORE_JOBS``, no end): from here on no other job can start there;
-2. the node leaves DRAIN (``State=RESUME``): it takes the reservation's jobs alone;
+2. the node leaves DRAIN or DOWN (``State=RESUME``): it takes the reservation's jobs alone;
 3. the validation job is submitted in the reservation, and its id recorded (the phase's intent)
    before anything waits: a rerun after a crash waits for that job, never submits a second;
 4. the wait, bounded by the job's own limit; a job still there then is cancelled and fails;
@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     failed_reason,
     judge,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import fenced
 
 OUTPUT_TAIL_BYTES = 1024 * 1024
 POLL_S = 1.0
@@ -64,7 +65,9 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
             client.create_reservation(name, validation.node, validation.user)
             actions.append("reserved %s for %s" % (validation.node, validation.user))
         node = client.nodes([validation.node], with_jobs=False)[validation.node]
-        if "DRAIN" in node.flags or node.state == "DRAIN":
+        # Fenced (drained, or DOWN after a remediation's down phase or an opt-out): out of the fence
+        # and into the reservation. A node that is neither takes the reservation's jobs already.
+        if fenced(node):
             client.set_node_state(validation.node, "RESUME")
             actions.append("resumed %s into the reservation" % validation.node)
         gpus = validation.gpus or node.gpus or None

@@ -102,8 +102,9 @@ def test_a_burn_cut_short_never_passes():
 class FakeSlurm:
     """Our client's interface, recording each call; jobs end after ``runs`` polls."""
 
-    def __init__(self, drained=True, runs=2, reserved=False):
+    def __init__(self, drained=True, runs=2, reserved=False, state="IDLE"):
         self.calls = []
+        self.state = state
         self.reserved = reserved
         self.drained = drained
         self.runs = runs
@@ -123,14 +124,15 @@ class FakeSlurm:
 
     def nodes(self, names, with_jobs=True):
         flags = ("DRAIN",) if self.drained else ()
-        return {names[0]: SimpleNamespace(flags=flags, state="IDLE", gpus=8)}
+        return {names[0]: SimpleNamespace(flags=flags, state=self.state, gpus=8)}
 
     def set_node_state(self, node, state, reason=None):
         self.calls.append(("state", node, state, reason))
         self.drained = state == "DRAIN"
+        self.state = "IDLE" if state == "RESUME" else self.state
 
     def submit(self, job):
-        assert self.reserved and not self.drained, "submitted before the node was reserved and resumed"
+        assert self.reserved and not self.drained and self.state != "DOWN", "submitted before the node was resumed"
         self.calls.append(("submit", job.reservation, job.gpus))
         self.submitted.append(job)
         return "77", None
@@ -163,6 +165,13 @@ def test_reserve_resume_submit_then_drain_before_the_reservation_goes(tmp_path):
     assert client.calls[1][2] == "RESUME" and client.calls[2][1] == names(REMEDIATION)
     # Passed: drained again with the fence's own reason, so the resume phase lifts it.
     assert client.calls[3][2:] == ("DRAIN", "gpufleet: Xid48 (remediation %s)" % REMEDIATION)
+
+
+def test_a_down_node_is_resumed_into_the_reservation_too(tmp_path):
+    client = FakeSlurm(drained=False, state="DOWN")
+    outcome = run(tmp_path, client, burn_output(tmp_path))[0]
+    steps = [call[0] for call in client.calls]
+    assert outcome["passed"] and steps == ["reserve", "state", "submit", "state", "unreserve"], client.calls
 
 
 def test_a_failed_node_is_drained_with_why_and_not_resumed(tmp_path):
