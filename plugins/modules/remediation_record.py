@@ -75,6 +75,14 @@ options:
     description: Namespace of the state ConfigMaps.
     type: str
     default: gpufleet-system
+  slurm:
+    description:
+      - How to reach Slurm for the incident's cost (O(state=recorded)) - the node's GPUs and when each moved job runs
+        again. Its keys are M(gpufleet.resilience.slurm_node)'s connection options (C(slurm_api), C(slurm_conf),
+        C(bin_dir), C(timeout), C(rest_url), C(rest_jwt_key_file), ...); another key is refused, naming it.
+      - Without it, or when Slurm does not answer, the record is written all the same and its cost names what it could
+        not know.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -93,7 +101,10 @@ text:
   type: str
   returned: always
 record:
-  description: The audit record (O(state=recorded)).
+  description:
+    - The audit record (O(state=recorded)). Its C(cost) says what the incident cost in GPU-hours - C(gpu_hours_lost),
+      C(node_gpu_hours), C(waiting_gpu_hours), per job, and what is C(open) (still out when written, so a floor) or
+      C(unknown).
   type: dict
   returned: when state is recorded
 """
@@ -104,6 +115,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import connection_argspec
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import phase_record
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import record
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client, slurm_options
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import module_run_function
 
 
 def argspec():
@@ -120,6 +133,7 @@ def argspec():
         audit_log=dict(type="path"),
         timeout=dict(type="float", default=10.0),
         namespace=dict(type="str", default="gpufleet-system"),
+        slurm=dict(type="dict"),
         **connection_argspec(),
         **phase_record.progress_argspec(),
     )
@@ -132,7 +146,10 @@ def main():
         module.fail_json(msg="progress: state=recorded records the remediation's end itself; give progress with "
                              "state=notified or alerted", field="progress")
     try:
-        result = record(p, module.check_mode)
+        slurm = slurm_options(p["slurm"])
+        # The record waits on Slurm for its cost alone: a short default.
+        result = record(p, module.check_mode, slurm_client=None if slurm is None else (
+            lambda: slurm_client(dict({"timeout": 15.0}, **slurm), module_run_function(module))))
         outcome = {"message": result["text"], "warnings": result["warnings"]} if p["state"] == "notified" else {}
         phase_record.record(p["progress"], p["node"], outcome, module.check_mode)
     except GpufleetError as exc:

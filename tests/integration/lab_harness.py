@@ -37,6 +37,7 @@ TEST_LAB_PORTS = {
     "health_agent_lab_port_base": 20400,
     "monitoring_prometheus_port": 20090,
     "monitoring_alertmanager_port": 20093,
+    "monitoring_remediation_exporter_port": 20095,
     "self_healing_webhook_port": 20500,
 }
 TEST_LAB_VARS = {

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import (
@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client import core_v1_for, kube_timeouts
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_status import create_node_event, event_body
-from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import neighbours, notify
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import cost, neighbours, notify
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import record as records
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.breaker import BreakerPolicy
@@ -199,8 +199,29 @@ def read_breaker(params: Mapping[str, Any]) -> Dict[str, Any]:
     return {"changed": False, "breaker": state.as_data()}
 
 
-def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
-    """remediation_record: notify at the start, alert for a hold, or write the audit record at the end."""
+def slurm_view(slurm_client: Optional[Callable[[], Any]], node: str, job_ids: Any,
+               warnings: list) -> Tuple[Optional[int], Dict[str, Dict[str, Any]]]:
+    """What the cost needs of Slurm now: the node's GPUs and the moved jobs' state and start. Slurm
+    out of reach is a warning: the record is written all the same, its cost naming what is unknown."""
+    if slurm_client is None:
+        return None, {}
+    wanted = {str(job_id) for job_id in job_ids}
+    try:
+        client = slurm_client()
+        found = client.nodes([node], with_jobs=False).get(node)
+        jobs = {job.job_id: {"state": job.state, "start_time": job.start_time}
+                for job in (client.jobs() if wanted else []) if job.job_id in wanted}
+    except GpufleetError as exc:
+        warnings.append("the cost is partial: Slurm did not answer (%s)" % exc)
+        return None, {}
+    return (found.gpus if found else None), jobs
+
+
+def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None,
+           slurm_client: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
+    """remediation_record: notify at the start, alert for a hold, or write the audit record at the end.
+
+    ``slurm_client`` (a factory) is asked, at the end, for what the incident's cost needs."""
     now = time.time() if now is None else now
     state, node, remediation_id = params["state"], params["node"], params["remediation_id"]
     store = store_from(params, check_mode)
@@ -236,6 +257,9 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
             return progress_rules.finish(current, "auto", now)
 
         audit = records.audit_record(close(progress))
+        node_gpus, jobs_now = slurm_view(slurm_client, node, [job.get("job_id") for job in audit["jobs"]],
+                                         result["warnings"])
+        audit["cost"] = cost.incident_cost(audit, node_gpus, jobs_now, now)
         result["record"] = audit
         text = params.get("text") or records.end_text(audit)
         event_type = "Normal" if audit.get("result") == "succeeded" and not audit.get("stopped") else "Warning"

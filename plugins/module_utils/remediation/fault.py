@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -37,6 +38,7 @@ class Fault:
     gpu_index: Optional[int] = None
     gpu_uuid: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    since: Optional[float] = None  # when the condition turned False (epoch seconds): when the fault began
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -57,6 +59,7 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
             action="CONTACT_SUPPORT",
             reason=str(condition.get("reason") or "Unknown"),
             message=message,
+            since=transition_time(condition),
         )
     return Fault(
         verdict=decoded.verdict,
@@ -66,7 +69,17 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
         xids=decoded.xids,
         gpu_index=decoded.gpu_index,
         gpu_uuid=decoded.gpu_uuid,
+        since=transition_time(condition),
     )
+
+
+def transition_time(condition: Mapping[str, Any]) -> Optional[float]:
+    """A condition's ``lastTransitionTime`` (RFC 3339, UTC) in epoch seconds; None when absent or unreadable."""
+    text = str(condition.get("lastTransitionTime") or "")
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
 
 
 def fault_from_input(value: Mapping[str, Any], field_name: str = "fault") -> Fault:

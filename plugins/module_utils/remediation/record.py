@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import append_line
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.cost import cost_text
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import RemediationPlan
 
 SCHEMA = 1
@@ -138,12 +139,14 @@ def end_text(record: Mapping[str, Any]) -> str:
     picture = "ansible-playbook playbooks/fleet-status.yml -e fleet_status_node=%s -e fleet_status_remediation_id=%s" \
         % (node, record.get("id"))
     evidence = " Evidence: %s" % record["evidence"] if record.get("evidence") else ""
-    return "GPU node %s, remediation %s (%s): %s Jobs: %s. Timeline: %s%s" % (
+    spent = " Cost: %s." % cost_text(record["cost"]) if record.get("cost") else ""
+    return "GPU node %s, remediation %s (%s): %s Jobs: %s.%s Timeline: %s%s" % (
         node,
         record.get("id"),
         (record.get("plan") or {}).get("name"),
         detail,
         fates,
+        spent,
         picture,
         evidence,
     )

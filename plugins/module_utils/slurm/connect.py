@@ -41,6 +41,17 @@ def slurm_api_args(timeout: float = 30) -> Dict[str, Dict[str, Any]]:
     return dict(SLURM_API_ARGS, timeout=dict(type="float", default=timeout))
 
 
+def slurm_options(given: Optional[Mapping[str, Any]], field: str = "slurm") -> Optional[Dict[str, Any]]:
+    """A dict option holding SLURM_API_ARGS' keys (a module's ``slurm``), checked by name; None stays None."""
+    if given is None:
+        return None
+    stray = sorted(set(given) - set(SLURM_API_ARGS))
+    if stray:
+        raise FieldError("%s.%s" % (field, stray[0]), "is not a Slurm connection option (%s)" % ", ".join(
+            sorted(SLURM_API_ARGS)))
+    return {name: given[name] for name in given if given[name] is not None}
+
+
 _REST_ONLY = ("rest_url", "rest_jwt_key_file", "rest_token_file", "rest_ca_file", "rest_requeue_exit",
               "rest_allow_http")
 _CLI_ONLY = ("slurm_conf", "bin_dir")

@@ -88,10 +88,11 @@ class JobFate:
     fate: Optional[str] = None  # LEFT, REQUEUED or CANCELLED
     state: Optional[str] = None  # the job's state at the last look; None: Slurm lists it no more
     note: Optional[str] = None
+    gpus: Optional[int] = None  # what the job held (what it cost while away: remediation/cost.py)
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(job_id=self.job_id, name=self.name, signalled=self.signalled, fate=self.fate, state=self.state,
-                    requeue=self.requeue, note=self.note)
+                    requeue=self.requeue, note=self.note, gpus=self.gpus)
 
 
 class EvacuationError(SlurmError):
@@ -152,7 +153,7 @@ def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optio
     fates = []
     try:
         for job in jobs:
-            fate = JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue)
+            fate = JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue, gpus=job.gpus)
             fate.state = job.state
             fates.append(fate)
             if job.job_id in checked["skip"] or job.completing:
@@ -191,7 +192,7 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
     if not jobs and not checked["skip"]:
         return dict(changed=False, done=True, jobs=[], signalled=[], waited=0.0, command=[],
                     grace_started=wall() if grace_started is None else float(grace_started), grace_left=0.0)
-    fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue) for job in jobs}
+    fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue, gpus=job.gpus) for job in jobs}
     # Jobs signalled earlier that have left the node already are accounted for too: the report
     # names every job the node had, not only those still there.
     for job_id in sorted(checked["skip"] - set(fates)):

@@ -91,6 +91,25 @@ def gpu_count(gres: Optional[str]) -> Optional[int]:
     return sum(counts) if counts else None
 
 
+def job_gpu_count(tres: Optional[str]) -> Optional[int]:
+    """GPUs in a job's TRES text: 'gres/gpu:8' (24.11 on), 'gres:gpu:h100:2' (22.05), 'gpu:4'."""
+    return gpu_count(re.sub(r"(^|,)gres[/:]", r"\1", tres or ""))
+
+
+def job_gpus(per_job: Optional[str], per_node: Optional[str], node_count: Optional[int],
+             allocated: Sequence[str] = ()) -> Optional[int]:
+    """A job's GPUs: what each allocated node holds (``gres_detail``), else its request per job, else
+    per node times its nodes."""
+    held = [job_gpu_count(text) for text in allocated]
+    if any(count is not None for count in held):
+        return sum(count or 0 for count in held)
+    total = job_gpu_count(per_job)
+    if total is not None:
+        return total
+    each = job_gpu_count(per_node)
+    return None if each is None else each * (node_count or 1)
+
+
 def split_state(text: str) -> Tuple[str, Tuple[str, ...]]:
     """'IDLE+DRAIN', 'DOWN*', 'drained', 'idle~', 'futr' -> (base state, flags)."""
     words = [word for word in (text or "").strip().upper().split("+") if word]
@@ -200,6 +219,8 @@ class SlurmJob:
     # The batch script's exit code when it exited (None: still running, died of a signal, or the
     # source does not say): a RequeueExit code means slurmctld requeues the job itself.
     exit_code: Optional[int] = None
+    gpus: Optional[int] = None  # the job's GPUs, all its nodes together (None: the source does not say)
+    start_time: Optional[float] = None  # when it (last) started, epoch seconds; None: not started, or not said
 
     @property
     def active(self) -> bool:
@@ -218,7 +239,7 @@ class SlurmJob:
         return dict(job_id=self.job_id, name=self.name, state=self.state, flags=list(self.flags),
                     reason=self.reason, nodelist=self.nodelist, nodes=list(self.nodes), partition=self.partition,
                     user=self.user, requeue=self.requeue, restarts=self.restarts, batch_host=self.batch_host,
-                    exit_code=self.exit_code)
+                    exit_code=self.exit_code, gpus=self.gpus, start_time=self.start_time)
 
 
 @dataclass(frozen=True)

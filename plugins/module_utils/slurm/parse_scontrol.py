@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -28,6 +29,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model im
     SlurmNode,
     SlurmVersion,
     expand_hostlist,
+    job_gpus,
     null,
     split_list,
     split_state,
@@ -125,7 +127,7 @@ def _cut_reason(record: str) -> Tuple[str, Dict[str, str]]:
     return record[:match.start()] + " " + rest + record[line_end:], found
 
 
-def _int(value: Any) -> Optional[int]:
+def int_field(value: Any) -> Optional[int]:
     text = null(value)
     try:
         return int(text) if text is not None else None
@@ -149,8 +151,8 @@ def parse_nodes_text(text: str) -> Dict[str, SlurmNode]:
             gres=null(fields.get("Gres")) or "",
             features=split_list(fields.get("AvailableFeatures")),
             active_features=split_list(fields.get("ActiveFeatures")),
-            weight=_int(fields.get("Weight")), cpus=_int(fields.get("CPUTot")),
-            memory_mb=_int(fields.get("RealMemory")), partitions=split_list(fields.get("Partitions")),
+            weight=int_field(fields.get("Weight")), cpus=int_field(fields.get("CPUTot")),
+            memory_mb=int_field(fields.get("RealMemory")), partitions=split_list(fields.get("Partitions")),
         )
     return nodes
 
@@ -170,10 +172,24 @@ def parse_jobs_text(text: str) -> List[SlurmJob]:
             reason=null(fields.get("Reason")), nodelist=nodelist, nodes=tuple(expand_hostlist(nodelist)),
             partition=null(fields.get("Partition")), user=user.split("(", 1)[0] if user else None,
             requeue=fields["Requeue"] == "1" if "Requeue" in fields else None,
-            restarts=_int(fields.get("Restarts")), batch_host=null(fields.get("BatchHost")),
+            restarts=int_field(fields.get("Restarts")), batch_host=null(fields.get("BatchHost")),
             exit_code=_exit_code(fields.get("ExitCode"), state),
+            # NumNodes=7-7 (a pending job's min-max): the least it runs on.
+            gpus=job_gpus(null(fields.get("TresPerJob")), null(fields.get("TresPerNode")),
+                          int_field((fields.get("NumNodes") or "").split("-")[0])),
+            # A pending job's StartTime is when Slurm expects to start it: not a start.
+            start_time=None if state == "PENDING" else local_time(null(fields.get("StartTime"))),
         ))
     return jobs
+
+
+def local_time(text: Optional[str]) -> Optional[float]:
+    """squeue's ``%S`` (``2026-12-06T02:30:00``, the host's local time) as epoch seconds; None for
+    N/A, Unknown or a time not yet known."""
+    try:
+        return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _exit_code(value: Optional[str], state: str) -> Optional[int]:
@@ -181,7 +197,7 @@ def _exit_code(value: Optional[str], state: str) -> Optional[int]:
     code, _colon, signal = (value or "").partition(":")
     if state in ACTIVE_JOB_STATES or signal not in ("", "0"):
         return None
-    return _int(code)
+    return int_field(code)
 
 
 def load_json(doc: JsonDoc, what: str) -> Mapping[str, Any]:

@@ -19,12 +19,15 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model im
     ACTIVE_JOB_STATES,
     SlurmJob,
     expand_hostlist,
+    job_gpus,
     null,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_scontrol import (
     JsonDoc,
+    int_field,
     json_number,
     load_json,
+    local_time,
 )
 
 # What the client asks squeue for without --json: (field, format code), name last.
@@ -35,6 +38,9 @@ SQUEUE_FIELDS = (
     ("partition", "%P"),
     ("user", "%u"),
     ("nodelist", "%N"),
+    ("tres_per_node", "%b"),
+    ("node_count", "%D"),
+    ("start_time", "%S"),
     ("name", "%j"),
 )
 SQUEUE_FORMAT = "|".join(code for _field, code in SQUEUE_FIELDS)
@@ -53,11 +59,15 @@ def job_from_fields(fields: Mapping[str, Any]) -> SlurmJob:
     """A SlurmJob from text fields named as in SQUEUE_FIELDS; unknown fields are ignored."""
     state = (null(fields.get("state")) or "UNKNOWN").upper()
     nodelist = null(fields.get("nodelist")) or ""
+    state = SHORT_JOB_STATES.get(state, state)
     return SlurmJob(
-        job_id=str(fields["job_id"]), state=SHORT_JOB_STATES.get(state, state),
+        job_id=str(fields["job_id"]), state=state,
         name=null(fields.get("name")), reason=null(fields.get("reason")),
         nodelist=nodelist, nodes=tuple(expand_hostlist(nodelist)),
         partition=null(fields.get("partition")), user=null(fields.get("user")),
+        gpus=job_gpus(None, null(fields.get("tres_per_node")), int_field(fields.get("node_count"))),
+        # A pending job's %S is when Slurm expects to start it: not a start.
+        start_time=None if state == "PENDING" else local_time(null(fields.get("start_time"))),
     )
 
 
@@ -150,6 +160,10 @@ def job_from_json(obj: Mapping[str, Any]) -> SlurmJob:
         user=null(obj.get("user_name")), requeue=bool(requeue) if requeue is not None else None,
         restarts=json_number(obj.get("restart_cnt")), batch_host=null(obj.get("batch_host")),
         exit_code=None if state in ACTIVE_JOB_STATES else json_exit_code(obj.get("exit_code")),
+        gpus=job_gpus(null(obj.get("tres_per_job")), null(obj.get("tres_per_node")), json_number(obj.get("node_count")),
+                      [str(item) for item in obj.get("gres_detail") or ()]),
+        # A pending job's start_time is when Slurm expects to start it: not a start.
+        start_time=None if state == "PENDING" else (json_number(obj.get("start_time")) or None),
     )
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_probe import AgentProbe, firing_alerts, wait_for
+from agent_probe import AgentProbe, firing_alerts, prometheus_query, wait_for
 from remediation_probe import NAMESPACE, Fleet, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
@@ -354,6 +354,41 @@ def test_a_pdb_that_blocks_the_drain_is_reported_and_the_node_stays_fenced(fleet
         fleet.heal(node)
 
 
+def assert_cost_matches_the_timeline(lab, record, job, train_out):
+    """GPU-hours lost: the node's 8 GPUs from the fault to the end of the replacement (the spare in its
+    place), and the job's one GPU from the fault until Slurm started it again, which is when train_sim
+    says it resumed, or just before."""
+    cost, ends = record["cost"], {step["phase"]: step["end"] for step in record["timeline"]}
+    began = cost["fault_at"]
+    assert began == record["fault"]["since"] and began <= record["started_at"], (cost, record["fault"])
+    assert (cost["node_gpus"], cost["back_in_service_at"], cost["open"], cost["unknown"]) == (
+        8, ends["replace"], [], []), cost
+    assert cost["node_gpu_hours"] == pytest.approx(8 * (ends["replace"] - began) / 3600, abs=1e-3)
+    (moved,) = cost["jobs"]
+    started = lab.slurm("scontrol", "show", "job", job, "-o").split(" StartTime=", 1)[1].split()[0]
+    assert moved["job_id"] == job and moved["gpus"] == 1
+    assert moved["running_again_at"] == time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S")), (moved, started)
+    resumed = [float(line.split("time=")[1].split()[0])
+               for line in train_out.splitlines() if line.startswith("resume ")]
+    assert ends["jobs"] - 1 <= moved["running_again_at"] <= resumed[-1] + 1, (moved, ends["jobs"], resumed)
+    assert moved["waiting_gpu_hours"] == pytest.approx((moved["running_again_at"] - began) / 3600, abs=1e-3)
+    assert cost["gpu_hours_lost"] == pytest.approx(cost["node_gpu_hours"] + moved["waiting_gpu_hours"], abs=1e-3)
+    # Prometheus has it from the audit log's exporter: the last line of each Xid79 RESTART_BM remediation.
+    last = {}
+    for line in (lab.lab_dir / "remediation" / "audit.jsonl").read_text().splitlines():
+        seen = json.loads(line)
+        if (seen["fault"].get("reason"), seen["plan"]["name"]) == ("Xid79", "RESTART_BM"):
+            last[seen["id"]] = (seen.get("cost") or {}).get("gpu_hours_lost") or 0
+    expected = sum(last.values())
+
+    def scraped():
+        result = prometheus_query('sum(gpufleet_incident_gpu_hours_lost_total{cause="Xid79", plan="RESTART_BM"})')
+        values = [float(item["value"][1]) for item in result["data"]["result"]]
+        return values and abs(values[0] - expected) < 1e-6
+
+    wait_for(scraped, 30, 0.5, what="Prometheus scraping %s GPU-hours lost to Xid79" % expected)
+
+
 def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
     lab = fleet.lab
     job, node = fleet.submit_train_sim(tmp_path / "job")
@@ -381,10 +416,13 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
                 if process.poll() is None:
                     fleet.kill(process)
                     kills.append(REPLACE_PHASES[phase_index])
+        # The job, requeued by the jobs phase, runs again on another node before the record is written.
+        wait_for(lambda: "resume " in Fleet.output(tmp_path / "job"), 60, what="train_sim resumed")
         final = fleet.remediate(node)
         assert final.rc == 0, final.output[-3000:]
         record = [r for r in fleet.audit(node) if r["result"] == "succeeded"][-1]
         assert [s["phase"] for s in record["timeline"]] == REPLACE_PHASES
+        assert_cost_matches_the_timeline(lab, record, job, Fleet.output(tmp_path / "job"))
         assert len(record["resumed_at"]) >= len(kills) - 1, (kills, record["resumed_at"])
         # Each action once: one drain, one DOWN (and the retirement's FUTURE) in slurmctld's log,
         # one SIGTERM seen by the job, one spare activated.

@@ -19,6 +19,8 @@ ALERTMANAGER = "http://127.0.0.1:24093"
 WEBHOOK_LOG = LAB + "/molecule-webhook.jsonl"
 RULES_SOURCE = Path(__file__).resolve().parents[4] / "roles" / "monitoring" / "files" / "gpufleet-alerts.yml"
 DAEMONS = {"prometheus": 24090, "alertmanager": 24093}
+# The exporter of the remediations' audit log (a lab_process of the role, as root: it reads the log).
+LISTENERS = dict(DAEMONS, **{"remediation-exporter": 24095})
 
 
 def get_json(host, url):
@@ -51,10 +53,10 @@ def test_daemon_runs_as_prometheus_with_its_recorded_argv(host, name):
     assert host.file("/proc/%d/cmdline" % rec["pid"]).content_string.split("\0")[:-1] == rec["argv"]
 
 
-@pytest.mark.parametrize("name", sorted(DAEMONS))
+@pytest.mark.parametrize("name", sorted(LISTENERS))
 def test_daemon_listens_on_loopback_only(host, name):
     pid = record(host, name)["pid"]
-    port = DAEMONS[name]
+    port = LISTENERS[name]
     assert host.socket("tcp://127.0.0.1:%d" % port).is_listening
     assert not host.socket("tcp://0.0.0.0:%d" % port).is_listening
     lines = host.check_output("ss -Hltnp").splitlines()
@@ -102,7 +104,7 @@ def test_prometheus_runs_the_lab_intervals_and_sends_to_alertmanager(host):
     assert config["global"]["scrape_interval"] == "1s"
     assert config["global"]["evaluation_interval"] == "1s"
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"prometheus", "alertmanager", "gpufleet-agent"}
+    assert set(jobs) == {"prometheus", "alertmanager", "gpufleet-agent", "gpufleet-remediation"}
     assert jobs["gpufleet-agent"]["file_sd_configs"][0]["files"] == [LAB + "/monitoring/targets/agent-*.json"]
     managers = get_json(host, PROMETHEUS + "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
     assert [m["url"] for m in managers] == ["http://127.0.0.1:24093/api/v2/alerts"]
@@ -174,3 +176,15 @@ def test_alertmanager_answers_and_delivers_to_the_webhook(host):
     assert alert, "the webhook got GpuNodeFatal"
     assert alert["labels"]["node"] == "gpu-a-001"
     assert alert["annotations"]["runbook_url"].endswith("monitoring.md#gpunodefatal")
+
+
+def test_prometheus_scrapes_the_remediations_audit_log(host):
+    """No remediation ran here: the exporter answers (up), with no cost series and no torn line."""
+    def scraped():
+        query = "up{job=%22gpufleet-remediation%22}"
+        result = get_json(host, PROMETHEUS + "/api/v1/query?query=" + query)["data"]["result"]
+        return result if result and result[0]["value"][1] == "1" else None
+
+    assert wait_for(scraped), "Prometheus scrapes the exporter"
+    result = get_json(host, PROMETHEUS + "/api/v1/query?query=gpufleet_remediation_audit_lines_skipped")["data"]
+    assert [r["value"][1] for r in result["result"]] == ["0"]

@@ -397,7 +397,7 @@ class FakeSlurm:
             return 0, "NodeName=%s Arch=x86_64 CoresPerSocket=1 Gres=%s State=MIXED Partitions=gpu\n" % (
                 NODE, self.gres), ""
         if command == "squeue":
-            return 0, "".join("%s|%s|None|gpu|root|%s|%s\n" % (job_id, state, NODE, name)
+            return 0, "".join("%s|%s|None|gpu|root|%s|gres/gpu:8|1|N/A|%s\n" % (job_id, state, NODE, name)
                               for job_id, state, name in self.jobs), ""
         if command == "sbatch":
             return 0, self.sbatch_out, ""

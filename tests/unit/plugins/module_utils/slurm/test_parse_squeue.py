@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmParseError
@@ -90,11 +92,32 @@ def test_requeued_job_after_node_down(captures, version):
 
 
 def test_fixed_format_keeps_the_name_whole():
-    assert SQUEUE_FORMAT == "%i|%T|%r|%P|%u|%N|%j"
-    jobs = parse_squeue_text("12|RUNNING|None|gpu|alice|gpu-a-[001-002,004]|a | b | c\n"
-                             "13|PENDING|Priority|gpu|bob||x\n")
+    assert SQUEUE_FORMAT == "%i|%T|%r|%P|%u|%N|%b|%D|%S|%j"
+    jobs = parse_squeue_text("12|RUNNING|None|gpu|alice|gpu-a-[001-002,004]|gres/gpu:8|3|2026-12-06T02:30:00|"
+                             "a | b | c\n"
+                             "13|PENDING|Priority|gpu|bob||gres:gpu:h100:2|1|2026-12-07T00:00:00|x\n"
+                             "14|RUNNING|None|cpu|carol|cpu-001|N/A|1|N/A|y\n")
     assert jobs[0].name == "a | b | c" and jobs[0].nodes == ("gpu-a-001", "gpu-a-002", "gpu-a-004")
-    assert jobs[1].reason == "Priority" and jobs[1].nodes == ()
+    assert jobs[0].gpus == 24 and jobs[0].start_time == time.mktime((2026, 12, 6, 2, 30, 0, 0, 0, -1))
+    # A pending job's %S is Slurm's guess at its start, not a start.
+    assert jobs[1].reason == "Priority" and jobs[1].nodes == () and (jobs[1].gpus, jobs[1].start_time) == (2, None)
+    assert (jobs[2].gpus, jobs[2].start_time) == (None, None)
+
+
+@pytest.mark.parametrize("fields, gpus", [
+    ({"gres_detail": ["gpu:8(IDX:0-7)", "gpu:h100:8(IDX:0-7)"], "tres_per_node": "gres/gpu:8", "node_count": 2}, 16),
+    ({"tres_per_job": "gres/gpu:12", "tres_per_node": "", "node_count": 2}, 12),
+    ({"tres_per_node": "gres/gpu:4", "node_count": {"set": True, "infinite": False, "number": 3}}, 12),
+    ({"tres_per_node": "", "tres_alloc_str": "cpu=1,node=1"}, None),
+])
+def test_a_jobs_gpus_from_json(fields, gpus):
+    assert job_from_json(dict(fields, job_id=7, job_state=["RUNNING"])).gpus == gpus
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_running_jobs_gpus_and_start_from_the_captures(captures, version):
+    train = {job.job_id: job for job in parse_jobs_json(captures.text(version + "/squeue.json"))}[TRAIN[version]]
+    assert train.gpus == 1 and train.start_time > 1.7e9
 
 
 def test_fixed_format_refuses_short_lines():

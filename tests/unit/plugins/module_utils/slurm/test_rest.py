@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client, slurm_options
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors import SlurmUnknownNodeError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.rest import (
     SlurmRestAuthError,
@@ -273,6 +273,15 @@ def test_the_connection_options_name_the_one_that_is_wrong(params, field):
     with pytest.raises(FieldError) as bad:
         slurm_client(params, run=lambda *_: (0, "", ""))
     assert bad.value.field == field
+
+
+def test_a_dict_of_connection_options_is_checked_by_name():
+    assert slurm_options(None) is None
+    assert slurm_options({"slurm_api": "cli", "slurm_conf": "/lab/slurm.conf", "bin_dir": None}) == {
+        "slurm_api": "cli", "slurm_conf": "/lab/slurm.conf"}
+    with pytest.raises(FieldError) as bad:
+        slurm_options({"slurm_api": "cli", "slurmconf": "/lab/slurm.conf"})
+    assert bad.value.field == "slurm.slurmconf"
 
 
 def test_the_connection_options_make_the_client_they_ask_for(tmp_path):
