@@ -287,6 +287,7 @@ class LoopWatch:
             return
         output = self.request.get("protected_output")
         self.recovered = scoring.recovery(self.probes.read_text(output) if output else "", self.injected_at)
+        self.recovered["gpus"] = job.gpus if job is not None else None
         where = job.batch_host if job is not None else None
         resumed = self.recovered.get("resumed")
         self.last["recovered"] = "job %s %s on %s; %s" % (

@@ -49,6 +49,7 @@ def recovery(text: str, since: float) -> Dict[str, Any]:
     resumed = int(events[resume_at].get("step", "0"))
     last_done = max(before) if before else 0
     return {
+        "step_s": step_seconds(events[:resume_at]),
         "resumed": True,
         "resumed_at": events[resume_at]["time"],
         "resumed_step": resumed,
@@ -58,6 +59,24 @@ def recovery(text: str, since: float) -> Dict[str, Any]:
         "interrupted_at": interrupted and interrupted["time"],
         "skipped": [e.get("file") for e in events if e["event"] in ("skip_checkpoint", "skip_partial")],
     }
+
+
+def step_seconds(events: Sequence[Mapping[str, Any]]) -> Optional[float]:
+    """Seconds a step of work takes: the median over consecutive ``step`` lines (None: fewer than two)."""
+    steps = [(e["time"], int(e["step"])) for e in events if e["event"] == "step" and str(e.get("step", "")).isdigit()]
+    rates = sorted((steps[i + 1][0] - steps[i][0]) / (steps[i + 1][1] - steps[i][1]) for i in range(len(steps) - 1)
+                   if steps[i + 1][1] > steps[i][1] and steps[i + 1][0] >= steps[i][0])
+    return rates[len(rates) // 2] if rates else None
+
+
+def job_gpu_hours(recovered: Mapping[str, Any], recover_s: Optional[float]) -> Optional[float]:
+    """What the fault cost the protected job: its GPUs from the fault until it resumed, and again for
+    the steps it redoes (those done after its last checkpoint). None: not resumed, or its GPUs unknown."""
+    gpus = recovered.get("gpus")
+    if not recovered.get("resumed") or not gpus or recover_s is None:
+        return None
+    redo = (recovered.get("steps_lost") or 0) * (recovered.get("step_s") or 0.0)
+    return round(gpus * (recover_s + redo) / 3600.0, 6)
 
 
 def step(name: str, verdict: str, expected: str, observed: str, deadline: float, at: Optional[float],
@@ -102,7 +121,8 @@ def metrics(steps: Sequence[Mapping[str, Any]], recovered: Mapping[str, Any]) ->
 
     return {"time_to_detect_s": elapsed("detected"), "time_to_alert_s": elapsed("alerted"),
             "time_to_quarantine_s": elapsed("scheduler"), "time_to_recover_s": elapsed("recovered"),
-            "steps_lost": recovered.get("steps_lost") if recovered.get("resumed") else None}
+            "steps_lost": recovered.get("steps_lost") if recovered.get("resumed") else None,
+            "job_gpu_hours_lost": job_gpu_hours(recovered, elapsed("recovered"))}
 
 
 def result(steps: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], aborted: Optional[str]) -> str:

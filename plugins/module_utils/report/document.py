@@ -119,6 +119,7 @@ DRILL_SCHEMA: Dict[str, Any] = {
                 "time_to_quarantine_s": _NUMBER_OR_NULL,
                 "time_to_recover_s": _NUMBER_OR_NULL,
                 "steps_lost": {"type": ["integer", "null"], "minimum": 0},
+                "job_gpu_hours_lost": {"type": ["number", "null"], "minimum": 0},
             },
         },
         "gaps": {
@@ -353,6 +354,8 @@ def time_rows(doc: Mapping[str, Any]) -> List[Tuple[str, str]]:
     rows = [("Time to %s" % label, seconds(figures.get(key))) for key, label in TIMES]
     lost = figures.get("steps_lost")
     rows.append(("Steps of work lost", "n/a" if lost is None else str(lost)))
+    hours = figures.get("job_gpu_hours_lost")
+    rows.append(("GPU-hours the protected job lost", "n/a" if hours is None else "%.4f" % hours))
     return rows
 
 

@@ -70,6 +70,8 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
         assert 0 <= metrics["time_to_detect_s"] <= metrics["time_to_alert_s"] + 0.2
         assert metrics["time_to_alert_s"] <= metrics["time_to_recover_s"]
         assert metrics["steps_lost"] == 0, metrics
+        # The job's one GPU from the fault until it resumed; no step to redo.
+        assert metrics["job_gpu_hours_lost"] == pytest.approx(metrics["time_to_recover_s"] / 3600, abs=1e-5), metrics
         names = [e["name"] for e in document["events"]]
         for name in ("inject", "detect", "alert", "quarantine", "requeue", "resume", "rollback", "verify"):
             assert name in names, names
@@ -108,6 +110,8 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
         assert resumed == sigterm, "steps lost beyond the SIGTERM checkpoint: %d" % (sigterm - resumed)
         replacement = next(s for s in record["timeline"] if s["phase"] == "replace")["outcome"]["replacement"]
         assert replacement and drills.kube_node(node) is None
+        # What the incident cost by the audit record: the node's 8 GPUs until the spare took its place.
+        assert record["cost"]["node_gpus"] == 8 and record["cost"]["back_in_service_at"] is not None, record["cost"]
         spare = drills.kube_node(replacement)
         assert next(c for c in spare["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
         assert drills.slurm_node(replacement)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")

@@ -240,6 +240,18 @@ def test_recovery_from_train_sim_output():
     lost = scoring.recovery(TRAIN.replace("resume time=120.0 step=23", "resume time=120.0 step=20"), 105.0)
     assert lost["steps_lost"] == 3
     assert scoring.recovery(TRAIN, 125.0)["resumed"] is False
+    # 22 steps in 9 s before the fault (the step after the resume does not count).
+    assert found["step_s"] == pytest.approx(9 / 22)
+
+
+def test_what_the_fault_cost_the_protected_job():
+    lost = dict(scoring.recovery(TRAIN.replace("resume time=120.0 step=23", "resume time=120.0 step=20"), 105.0),
+                gpus=8)
+    # 8 GPUs for the 15 s from the fault to the resume, and again for the 3 steps it redoes.
+    assert scoring.job_gpu_hours(lost, 15.0) == pytest.approx(8 * (15 + 3 * 9 / 22) / 3600, abs=1e-6)
+    assert scoring.job_gpu_hours(dict(lost, gpus=None), 15.0) is None
+    assert scoring.job_gpu_hours(dict(lost, resumed=False), 15.0) is None
+    assert scoring.step_seconds([{"event": "step", "time": 1.0, "step": "5"}]) is None
 
 
 def test_document_scores_and_lists_gaps():
