@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
@@ -199,22 +200,27 @@ def read_breaker(params: Mapping[str, Any]) -> Dict[str, Any]:
     return {"changed": False, "breaker": state.as_data()}
 
 
-def slurm_view(slurm_client: Optional[Callable[[], Any]], node: str, job_ids: Any,
+def slurm_view(slurm_client: Optional[Callable[[], Any]], node: str, job_ids: Any, node_gpus: Optional[int],
                warnings: list) -> Tuple[Optional[int], Dict[str, Dict[str, Any]]]:
-    """What the cost needs of Slurm now: the node's GPUs and the moved jobs' state and start. Slurm
-    out of reach is a warning: the record is written all the same, its cost naming what is unknown."""
-    if slurm_client is None:
-        return None, {}
+    """What the cost needs of Slurm now: the moved jobs' state and start, and the node's GPUs unless
+    the fence recorded them (``node_gpus``). A replaced node is gone from Slurm: its GPUs stay
+    unknown. Slurm out of reach is a warning: the record is written all the same, its cost naming
+    what is unknown."""
     wanted = {str(job_id) for job_id in job_ids}
+    if slurm_client is None or (node_gpus is not None and not wanted):
+        return node_gpus, {}
     try:
         client = slurm_client()
-        found = client.nodes([node], with_jobs=False).get(node)
         jobs = {job.job_id: {"state": job.state, "start_time": job.start_time}
                 for job in (client.jobs() if wanted else []) if job.job_id in wanted}
     except GpufleetError as exc:
         warnings.append("the cost is partial: Slurm did not answer (%s)" % exc)
-        return None, {}
-    return (found.gpus if found else None), jobs
+        return node_gpus, {}
+    if node_gpus is None:
+        # A node gone from Slurm (replaced) answers no more: its GPUs stay unknown, and the cost says so.
+        with contextlib.suppress(GpufleetError, KeyError):
+            node_gpus = client.nodes([node], with_jobs=False)[node].gpus
+    return node_gpus, jobs
 
 
 def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None,
@@ -257,8 +263,10 @@ def record(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
             return progress_rules.finish(current, "auto", now)
 
         audit = records.audit_record(close(progress))
+        fenced_gpus = next((step["outcome"].get("gpus") for step in audit["timeline"] if step["phase"] == "fence"),
+                           None)
         node_gpus, jobs_now = slurm_view(slurm_client, node, [job.get("job_id") for job in audit["jobs"]],
-                                         result["warnings"])
+                                         fenced_gpus, result["warnings"])
         audit["cost"] = cost.incident_cost(audit, node_gpus, jobs_now, now)
         result["record"] = audit
         text = params.get("text") or records.end_text(audit)

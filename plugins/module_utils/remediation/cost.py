@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.evacuate import LEFT
+
 HOUR = 3600.0
-# The fates of a job that left the node by itself, within the grace (evacuate.py).
-LEFT_BY_ITSELF = ("LEFT",)
 
 
 def fault_time(record: Mapping[str, Any]) -> float:
@@ -87,7 +87,8 @@ def incident_cost(record: Mapping[str, Any], node_gpus: Optional[int], jobs_now:
         if again is None:
             open_parts.append("job %s" % job_id)
         waited = _hours(gpus, began, again if again is not None else now)
-        if fate.get("signalled") and fate.get("fate") not in LEFT_BY_ITSELF:
+        # "left": it left the node by itself within the grace (evacuate.py).
+        if fate.get("signalled") and fate.get("fate") != LEFT:
             unknown.append("the work job %s did since its last checkpoint (it did not leave within the grace)"
                            % job_id)
         waiting += waited

@@ -74,12 +74,15 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
 
 
 def transition_time(condition: Mapping[str, Any]) -> Optional[float]:
-    """A condition's ``lastTransitionTime`` (RFC 3339, UTC) in epoch seconds; None when absent or unreadable."""
-    text = str(condition.get("lastTransitionTime") or "")
+    """A condition's ``lastTransitionTime`` in epoch seconds; None when absent or unreadable. The API
+    serves ``2026-12-06T02:30:00Z``; the Python client's serialization gives ``...+00:00`` or a datetime."""
+    moment = condition.get("lastTransitionTime")
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        if not isinstance(moment, datetime):
+            moment = datetime.fromisoformat(str(moment or "").replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def fault_from_input(value: Mapping[str, Any], field_name: str = "fault") -> Fault:

@@ -39,9 +39,10 @@ def progress_argspec() -> Dict[str, Any]:
 
 
 def fence_outcome(result: Mapping[str, Any], reason: Optional[str]) -> Dict[str, Any]:
-    """What the audit record keeps of a Slurm state change (fence, down, resume)."""
+    """What the audit record keeps of a Slurm state change (fence, down, resume); the node's GPUs too,
+    what the incident's cost counts once the node is gone (remediation/cost.py)."""
     return {"action": result.get("action") or "", "changed": bool(result.get("changed")), "reason": reason,
-            "foreign_reason": result.get("foreign_reason")}
+            "foreign_reason": result.get("foreign_reason"), "gpus": result.get("gpus")}
 
 
 def _params(progress: Mapping[str, Any], node: str, **more: Any) -> Dict[str, Any]:

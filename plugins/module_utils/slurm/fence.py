@@ -209,7 +209,7 @@ def apply_node_state(client: Any, name: str, state: str, reason: Optional[str] =
     if decision.foreign_reason is not None:
         warnings.append(decision.message)
     return dict(
-        changed=decision.changed, action=decision.action, node=after.as_dict(),
+        changed=decision.changed, action=decision.action, node=after.as_dict(), gpus=current.gpus,
         foreign_reason=decision.foreign_reason, command=command, message=decision.message,
         diff=dict(before=decision.before.as_diff(), after=after.as_diff()), warnings=warnings,
     )

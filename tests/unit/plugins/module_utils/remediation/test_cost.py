@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.cost import cost_text, incident_cost
@@ -21,8 +23,8 @@ def record(plan, timeline, jobs=(), since=FAULT, started=FAULT + 2):
 
 
 REPLACED = record("RESTART_BM", [phase("jobs", FAULT + 30), phase("replace", FAULT + 3600, replacement="gpu-a-009")],
-                  jobs=[{"job_id": "41", "gpus": 8, "signalled": True, "fate": "REQUEUED"},
-                        {"job_id": "42", "gpus": 2, "signalled": True, "fate": "LEFT"}])
+                  jobs=[{"job_id": "41", "gpus": 8, "signalled": True, "fate": "requeued"},
+                        {"job_id": "42", "gpus": 2, "signalled": True, "fate": "left"}])
 
 
 def test_a_replacement_costs_the_node_until_the_spare_and_each_job_until_it_runs_again():
@@ -38,7 +40,7 @@ def test_a_replacement_costs_the_node_until_the_spare_and_each_job_until_it_runs
 
 def test_what_has_not_ended_counts_up_to_the_record_and_is_a_floor():
     held = record("HOLD", [phase("jobs", FAULT + 30), phase("hold", FAULT + 40)],
-                  jobs=[{"job_id": "7", "gpus": 4, "signalled": True, "fate": "LEFT"}])
+                  jobs=[{"job_id": "7", "gpus": 4, "signalled": True, "fate": "left"}])
     # Job 7 still pending; its old start (before it left the node) is not a new run.
     cost = incident_cost(held, 8, {"7": {"state": "PENDING", "start_time": FAULT - 500}}, now=FAULT + 1800)
     assert cost["open"] == ["node", "job 7"] and cost["back_in_service_at"] is None
@@ -60,7 +62,7 @@ def test_an_application_fault_costs_the_node_nothing():
 
 def test_what_slurm_could_not_say_is_named_not_guessed():
     cost = incident_cost(record("RESTART_BM", [phase("replace", FAULT + 360, replacement="gpu-a-009")],
-                                jobs=[{"job_id": "9", "gpus": None, "signalled": False, "fate": "LEFT"}]),
+                                jobs=[{"job_id": "9", "gpus": None, "signalled": False, "fate": "left"}]),
                          None, {}, now=FAULT + 400)
     assert cost["unknown"] == ["the node's GPU count", "the GPUs of job 9"] and cost["gpu_hours_lost"] == 0
     assert cost["open"] == ["job 9"]
@@ -73,6 +75,10 @@ def test_the_fault_begins_at_the_conditions_transition_else_at_the_start():
     assert since == 1796524200.0
     assert incident_cost(record("IGNORE", [], since=None, started=FAULT + 2), 8, {}, now=FAULT)["fault_at"] == FAULT + 2
     assert fault_from_condition(dict(condition, lastTransitionTime="yesterday")).since is None
+    # As the Python client serializes it, and as a datetime.
+    assert fault_from_condition(dict(condition, lastTransitionTime="2026-12-06T02:30:00+00:00")).since == since
+    moment = datetime(2026, 12, 6, 2, 30, tzinfo=timezone.utc)
+    assert fault_from_condition(dict(condition, lastTransitionTime=moment)).since == since
 
 
 @pytest.mark.parametrize("with_cost", [True, False])
