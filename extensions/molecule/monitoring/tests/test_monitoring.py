@@ -181,7 +181,7 @@ def test_alertmanager_answers_and_delivers_to_the_webhook(host):
 def test_prometheus_scrapes_the_remediations_audit_log(host):
     """No remediation ran here: the exporter answers (up), with no cost series and no torn line."""
     def scraped():
-        query = "up{job=%22gpufleet-remediation%22}"
+        query = "up%7Bjob%3D%22gpufleet-remediation%22%7D"  # braces encoded: curl globs them
         result = get_json(host, PROMETHEUS + "/api/v1/query?query=" + query)["data"]["result"]
         return result if result and result[0]["value"][1] == "1" else None
 
