@@ -52,7 +52,8 @@ def totals(records: Iterable[Mapping[str, Any]]) -> Tuple[Dict[Tuple[str, str], 
     for record in last_of_each(records):
         plan = label((record.get("plan") or {}).get("name"))
         cause = label((record.get("fault") or {}).get("reason"))
-        ended[(plan, label(record.get("result")))] = ended.get((plan, label(record.get("result"))), 0) + 1
+        end = (plan, label(record.get("result")))
+        ended[end] = ended.get(end, 0) + 1
         hours = (record.get("cost") or {}).get("gpu_hours_lost")
         if isinstance(hours, (int, float)) and hours >= 0:
             lost[(cause, plan)] = lost.get((cause, plan), 0.0) + float(hours)
