@@ -11,9 +11,11 @@ the report renderers into their payload.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import tempfile
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 
 def read_or_none(path: str) -> Optional[bytes]:
@@ -39,16 +41,18 @@ def read_tail(path: str, limit: int) -> bytes:
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644, uid: Optional[int] = None,
-                 gid: Optional[int] = None) -> None:
+                 gid: Optional[int] = None, sync: bool = True) -> None:
     """A reader sees the old file or the new one, never a part: a temporary file in the same
     directory, fsync, rename. ``mode`` (mkstemp makes 0600; a report is for everyone who may read
-    the directory) and, when given and not ours, the owner are set before the rename."""
+    the directory) and, when given and not ours, the owner are set before the rename. ``sync=False``
+    skips the fsync: for state that must survive a torn read, not a host crash (the lab's fakes)."""
     fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         os.chmod(temp, mode)
         if uid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
             os.chown(temp, uid, gid if gid is not None else -1)
@@ -57,6 +61,27 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, uid: Optional[int] =
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def replace_text(path: str, text: str, sync: bool = True) -> bool:
+    """``write_atomic`` of ``text`` unless the file holds exactly that already; True when it wrote."""
+    data = text.encode("ascii")
+    if read_or_none(path) == data:
+        return False
+    write_atomic(path, data, sync=sync)
+    return True
+
+
+@contextmanager
+def flocked(path: str) -> Iterator[None]:
+    """An exclusive flock() on ``path`` (created 0644 if missing) for the block: writers of one
+    directory's files take turns for their read-modify-write."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def append_line(path: str, line: bytes, mode: int = 0o640) -> None:

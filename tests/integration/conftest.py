@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 from lab_harness import (
-    PORT_OFFSET,
+    ENV_PORT_OFFSET,
     REPO,
     TEST_LAB_VARS,
+    WORKER_INDEX,
     Background,
     DownUp,
     Lab,
@@ -24,10 +26,11 @@ from lab_harness import (
     down_and_up,
     lab_processes,
     run_playbook,
+    worker_dir,
 )
 
 CACHE_DIR = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
-LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
+LAB_DIR = worker_dir(os.environ.get("GPUFLEET_TEST_LAB_DIR", "/var/tmp/gpufleet-pytest-lab"))
 
 
 class _LabStart:
@@ -41,7 +44,7 @@ class _LabStart:
     claimed = False
 
     @classmethod
-    def start(cls, the_lab: Lab) -> None:
+    def start(cls, the_lab: Lab, down_up: bool = True) -> None:
         def bring_up():
             try:
                 if the_lab.lab_dir.exists():
@@ -49,7 +52,7 @@ class _LabStart:
                     the_lab.playbook("lab-down.yml")
                     shutil.rmtree(the_lab.lab_dir)
                 cls.result = the_lab.playbook("one-click-slurm.yml")
-                if cls.result.rc == 0:
+                if cls.result.rc == 0 and down_up:
                     # test_lab.py's down-and-up check, done now while it overlaps the tests that
                     # need no lab rather than in the middle of the lab tests (about 100 s).
                     cls.down_up = down_and_up(the_lab)
@@ -81,10 +84,49 @@ def _session_lab() -> Lab:
     return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
 
 
+# Under pytest-xdist (`make test` runs two workers, each with a session lab of its own) a module is
+# one unit of work, so its module-scoped fixtures are set up once. The modules that share a lab other
+# than the session's run on one worker, as one unit: a session fixture is set up once per worker.
+SHARED_LAB_GROUPS = {"slurm_lab": "slurm-26.05-lab", "identity_lab": "identity-lab"}
+# The lab modules that took longest in CI go first, so that neither worker ends the run with one of
+# them while the other has nothing left (a scheduling hint: nothing depends on the order).
+SLOW_FIRST = ("chaos/test_drills.py", "remediation/test_remediation_loop.py", "lab/test_lab.py",
+              "remediation/test_self_healing_eda.py", "slinky/test_slinky_on_apiserver.py",
+              "remediation/test_node_replace.py", "monitoring/test_operator_objects.py",
+              "slinky/test_one_click_existing.py", "chaos/test_drill_schedule.py", "chaos/test_numa_chaos.py")
+
+
 def _runs_in_background(item: pytest.Item) -> bool:
     return callable(getattr(getattr(item, "module", None), "start_in_background", None))
 
 
+def _uses_lab(module_items: List[pytest.Item]) -> bool:
+    return any("lab" in getattr(item, "fixturenames", ()) for item in module_items)
+
+
+def _slowness(module_items: List[pytest.Item]) -> int:
+    module = module_items[0].nodeid.split("::", 1)[0]
+    ranks = [rank for rank, slow in enumerate(SLOW_FIRST) if module.endswith(slow)]
+    return ranks[0] if ranks else len(SLOW_FIRST)
+
+
+def _xdist_groups(module_items: List[pytest.Item]) -> None:
+    """Mark a module's tests with the xdist group they run in (--dist loadgroup): the shared lab's,
+    each run of a background module apart (a molecule scenario, an ansible-test command), or else
+    the module's."""
+    shared = [group for fixture, group in SHARED_LAB_GROUPS.items()
+              if any(fixture in getattr(item, "fixturenames", ()) for item in module_items)]
+    for item in module_items:
+        if shared:
+            name = shared[0]
+        elif _runs_in_background(item):
+            name = re.sub(r"\W+", "_", item.nodeid)
+        else:
+            name = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(name))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: List[pytest.Item]) -> None:
     """Run what needs no session lab first (the unit tests and the integration modules that bring
     their own parts), so it overlaps the lab's bring-up instead of the first lab test waiting for
@@ -92,29 +134,43 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     A module moves whole, so its module-scoped fixtures are set up once; the order within each
     group is the collection order. ``pytest tests`` collects tests/integration before tests/unit,
-    which put the lab's bring-up in front of the first lab test with nothing beside it."""
-    def group(module_items: List[pytest.Item]) -> int:
+    which put the lab's bring-up in front of the first lab test with nothing beside it.
+
+    Under xdist there is no background: each run of a background module is a test of its own, and
+    those (the longest of the tests that need no session lab) go first, then the rest that needs
+    none while the workers' labs come up, then the lab modules, the slowest first."""
+    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+    def group(module_items: List[pytest.Item]) -> Tuple[int, int]:
         if any(_runs_in_background(item) for item in module_items):
-            return 2
-        return 1 if any("lab" in getattr(item, "fixturenames", ()) for item in module_items) else 0
+            return (-1 if xdist else 2, 0)
+        if _uses_lab(module_items):
+            return (1, _slowness(module_items) if xdist else 0)
+        return (0, 0)
 
     by_module: Dict[Any, List[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(getattr(item, "module", None) or item.path, []).append(item)
     ordered = sorted(by_module.values(), key=group)  # stable: collection order within a group
+    if xdist:
+        for module_items in ordered:
+            _xdist_groups(module_items)
     items[:] = [item for module_items in ordered for item in module_items]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the waiting-bound work now, to overlap the tests before it: the session lab (when a
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
-    (test_ansible_test.py, test_molecule.py), in the order the session reaches them."""
-    # Under xdist each worker would start its own: there every test starts what it needs when reached.
-    if session.config.option.collectonly or not session.items or os.environ.get("PYTEST_XDIST_WORKER"):
+    (test_ansible_test.py, test_molecule.py), in the order the session reaches them.
+
+    Under xdist each worker brings up its own lab (the first worker also takes it down and up once,
+    for test_lab.py, wherever that runs), and there is no background run: each is a test of its own."""
+    if session.config.option.collectonly or not session.items:
         return
-    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and any(
-            "lab" in getattr(item, "fixturenames", ()) for item in session.items):
-        _LabStart.start(_session_lab())
+    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and _uses_lab(session.items):
+        _LabStart.start(_session_lab(), down_up=WORKER_INDEX == 0)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     by_module = {}
     for item in session.items:
         if _runs_in_background(item):
@@ -222,15 +278,17 @@ def lab() -> Lab:
 # Slurm 26.05 (the Slurm of Slinky 1.2's images, run from a Debian forky root by the slurm role) with
 # slurmrestd, beside the test lab: its own directory and ports (slurmctld 30817, slurmrestd 30820,
 # slurmd 31001-, all shifted by GPUFLEET_TEST_LAB_PORT_OFFSET). It comes up the first time a test asks
-# for it and goes down at the end of the session. The Slurm client tests run on it and on the test
-# lab's 22.05; the remediation's REST test reaches it through slurmrestd alone.
+# for it and goes down at the end of the session. One per run, not per worker: the modules that use
+# it run on one worker (SHARED_LAB_GROUPS), and its root is built once into the shared cache. The
+# Slurm client tests run on it and on the test lab's 22.05; the remediation's REST test reaches it
+# through slurmrestd alone.
 HERE = Path(__file__).resolve().parent
 SLURM_LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_SLURM_LAB_DIR", "/var/tmp/gpufleet-pytest-slurm"))
 SLURM_LAB_VARS: Dict[str, Any] = {
     "slurm_lab_version": "26.05",
-    "slurm_slurmctld_port": 30817 + PORT_OFFSET,
-    "slurm_slurmd_port_base": 31001 + PORT_OFFSET,
-    "slurm_slurmrestd_port": 30820 + PORT_OFFSET,
+    "slurm_slurmctld_port": 30817 + ENV_PORT_OFFSET,
+    "slurm_slurmd_port_base": 31001 + ENV_PORT_OFFSET,
+    "slurm_slurmrestd_port": 30820 + ENV_PORT_OFFSET,
     "gpufleet_node_pools": TEST_LAB_VARS["gpufleet_node_pools"],
 }
 

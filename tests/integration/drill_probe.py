@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from lab_harness import REPO, VENV_BIN, Lab, PlaybookResult
 from remediation_probe import NAMESPACE, Fleet
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import read_ports
+
 OPT_IN = "gpufleet.io/chaos"
 LEDGER = "gpufleet-chaos-ledger"
 
@@ -86,6 +88,7 @@ class Drills(Fleet):
         api = self.lab.kube()
         found = api.read_node(node)
         condition = next((c for c in found.status.conditions or [] if c.type == "GpuHealthy"), None)
+        network = next((c for c in found.status.conditions or [] if c.type == "InfiniBandHealthy"), None)
         gpu_dir = self.lab.lab_dir / "gpus" / node
         return {
             "labels": dict(found.metadata.labels or {}),
@@ -94,6 +97,9 @@ class Drills(Fleet):
             "taints": sorted((t.key, t.value or "", t.effect) for t in found.spec.taints or []),
             "unschedulable": bool(found.spec.unschedulable),
             "gpu_healthy": (condition.status, condition.reason) if condition else None,
+            "ib_healthy": (network.status, network.reason) if network else None,
+            # The ports' states; not their counters, which only ever grow (a flap stays counted).
+            "ib_ports": {port.name: (port.state, port.phys_state) for port in read_ports(str(gpu_dir / "sys"))},
             "slurm": self.slurm_states().get(node),
             "fake_gpus": {p.name: p.read_text() for p in sorted(gpu_dir.iterdir()) if p.is_file()
                           and p.name != ".lock"},

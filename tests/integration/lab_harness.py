@@ -21,10 +21,28 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
-# Ports of the test lab: below the ephemeral range, apart from `make lab` (1xxxx)
-# and the molecule scenarios (22xxx-27xxx). GPUFLEET_TEST_LAB_PORT_OFFSET shifts every port
-# (with GPUFLEET_TEST_LAB_DIR, a second test lab can run beside the first).
-PORT_OFFSET = int(os.environ.get("GPUFLEET_TEST_LAB_PORT_OFFSET", "0"))
+# The pytest-xdist worker this process is (`make test` runs two): each has a session lab of its own.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+WORKER_INDEX = int(WORKER[2:]) if WORKER.startswith("gw") else 0
+# Where each worker's ports go: below the ephemeral range (32768-) and apart from `make lab`
+# (12379, 16xxx-19xxx) and the molecule scenarios (22xxx-27xxx), the second worker's lab in 14xxx-15xxx.
+WORKER_PORT_SHIFTS = (0, -6000)
+if len(WORKER_PORT_SHIFTS) <= WORKER_INDEX:
+    raise RuntimeError("pytest-xdist worker %s: the integration tests have ports for %d workers at most (-n %d)"
+                       % (WORKER, len(WORKER_PORT_SHIFTS), len(WORKER_PORT_SHIFTS)))
+
+# Ports of the test lab: 20xxx-21xxx for the first worker (or a run without xdist).
+# GPUFLEET_TEST_LAB_PORT_OFFSET shifts every port (with GPUFLEET_TEST_LAB_DIR, a second test lab
+# can run beside the first).
+ENV_PORT_OFFSET = int(os.environ.get("GPUFLEET_TEST_LAB_PORT_OFFSET", "0"))
+PORT_OFFSET = ENV_PORT_OFFSET + WORKER_PORT_SHIFTS[WORKER_INDEX]
+
+
+def worker_dir(path: str) -> Path:
+    """A session lab's directory, the worker's own: the second worker's gets a ``-gw1`` suffix."""
+    return Path(path + ("-%s" % WORKER if WORKER_INDEX else ""))
+
+
 TEST_LAB_PORTS = {
     "kubernetes_lab_etcd_client_port": 20379,
     "kubernetes_lab_etcd_peer_port": 20380,
@@ -51,6 +69,9 @@ TEST_LAB_VARS = {
     # The agents' fast fence is an acting path too (Slurm DRAIN on a fatal verdict), on by default in
     # the lab: off here for the same reason. Its own tests turn it on (agent/test_agent_resilience.py).
     "health_agent_fast_fence": False,
+    # The IB judge's windows, short (defaults 10 s down, 60 s to recover; a drill must see a flap's alert
+    # before it clears): tests/integration/agent/test_agent_infiniband.py and test_drills.py wait for both.
+    "health_agent_ib_thresholds": {"down_after_s": 3, "recover_after_s": 15},
     # Alerts that wait minutes on a real site fire at once here, so the tests see them.
     "monitoring_alert_for": {"GpuNodeDegraded": "0s", "GpuThermalSlowdown": "0s", "GpuRowRemapPending": "0s"},
     "gpufleet_node_pools": [{

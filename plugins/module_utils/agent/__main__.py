@@ -31,7 +31,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("config error: %s\n" % exc)
         return 2
     if args.check_config:
-        sys.stdout.write(json.dumps(asdict(config), indent=2, sort_keys=True) + "\n")
+        # Sets (infiniband.thresholds.ignore) print as sorted lists.
+        sys.stdout.write(json.dumps(asdict(config), indent=2, sort_keys=True, default=sorted) + "\n")
         return 0
     setup_logging(config.log_level)
     # Imported here so --check-config works on a host without pynvml or kubernetes.

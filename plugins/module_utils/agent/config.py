@@ -36,6 +36,11 @@ Every key, its default and its meaning (docs/agent.md repeats them for operators
       rest_ca_file: null         # rest: CA bundle of slurmrestd's certificate; default: the system's
       rest_validate_certs: true
       rest_allow_http: false     # rest: plain http beyond loopback (Slinky's RestApi Service), token in clear
+    infiniband:
+      enabled: true              # watch the node's InfiniBand/RoCE ports (none there: nothing to watch)
+      sysfs_root: /sys           # where class/infiniband is (the lab gives each node a fake tree)
+      thresholds: {}             # down_after_s, flap_count, flap_window_s, error_rate_per_min,
+                                 # error_window_s, recover_after_s, ignore (health/infiniband.py)
     log_level: info              # debug | info | warning | error
 
 Pure: parsing and validation only. Errors are ``FieldError`` naming the key
@@ -51,6 +56,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_mapping
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import IbThresholds
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 
 KERNEL_LOG_SOURCES = ("kmsg", "journal", "file", "none")
@@ -106,6 +112,13 @@ class FastFenceConfig:
 
 
 @dataclass(frozen=True)
+class InfinibandConfig:
+    enabled: bool = True
+    sysfs_root: str = "/sys"
+    thresholds: IbThresholds = field(default_factory=IbThresholds)
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     node: str
     interval: float = 1.0
@@ -117,6 +130,7 @@ class AgentConfig:
     kubernetes: KubernetesConfig = KubernetesConfig()
     journal: str = DEFAULT_JOURNAL
     fast_fence: FastFenceConfig = FastFenceConfig()
+    infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)
     log_level: str = "info"
 
     @property
@@ -177,8 +191,20 @@ def _section(raw: Mapping[str, Any], key: str, known: Any) -> Dict[str, Any]:
     return section
 
 
+def _infiniband(section: Mapping[str, Any]) -> InfinibandConfig:
+    settings = check_mapping(section.get("thresholds") or {}, "infiniband.thresholds")
+    try:
+        thresholds = IbThresholds.from_mapping(settings)
+    except FieldError as exc:  # named ib.<key> by the judge; here it is a key of this file
+        raise FieldError("infiniband.thresholds." + exc.field.split(".", 1)[-1], exc.message) from None
+    return InfinibandConfig(enabled=_bool(section.get("enabled", True), "infiniband.enabled"),
+                            sysfs_root=_text(section.get("sysfs_root", "/sys"), "infiniband.sysfs_root",
+                                             optional=False) or "/sys",
+                            thresholds=thresholds)
+
+
 _TOP_KEYS = ("node", "interval", "driver_version", "thresholds", "nvml", "kernel_log", "metrics", "kubernetes",
-             "journal", "fast_fence", "log_level")
+             "journal", "fast_fence", "infiniband", "log_level")
 
 
 def parse_config(raw: Any) -> AgentConfig:
@@ -218,6 +244,7 @@ def parse_config(raw: Any) -> AgentConfig:
 
     kube = _section(raw, "kubernetes", KubernetesConfig)
     fence = _section(raw, "fast_fence", FastFenceConfig)
+    infiniband = _section(raw, "infiniband", InfinibandConfig)
 
     level = raw.get("log_level", "info")
     if level not in LOG_LEVELS:
@@ -242,5 +269,6 @@ def parse_config(raw: Any) -> AgentConfig:
         ),
         journal=_text(raw.get("journal", DEFAULT_JOURNAL), "journal", optional=False),
         fast_fence=_fast_fence(fence),
+        infiniband=_infiniband(infiniband),
         log_level=level,
     )

@@ -1,11 +1,12 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Publish the node condition and the health Events to the API server, off the sensing loop.
+"""Publish the node conditions and the health Events to the API server, off the sensing loop.
 
-The loop hands over the newest condition (``offer``) and new health events (``emit``) and never
-waits. One worker thread writes them:
+The loop hands over the newest condition of each type (``offer``: ``GpuHealthy``, and
+``InfiniBandHealthy`` on a node with HCAs) and new health events (``emit``) and never waits. One
+worker thread writes them:
 
-* the condition when it differs from what the API server last accepted, and once per heartbeat
+* each condition when it differs from what the API server last accepted, and once per heartbeat
   otherwise - so 1,000 healthy agents make 1,000 writes per heartbeat, not per second;
 * while the API server is down, writes fail and are retried with a capped exponential backoff;
   only the newest condition is kept, so when the server returns it gets the state of now, not a
@@ -47,10 +48,12 @@ class KubePublisher:
         self.on_write = on_write or (lambda what: None)
         self.clock = clock
         self._api: Any = None
-        self._wanted: Optional[NodeCondition] = None
-        self._written: Optional[NodeCondition] = None
-        self._written_at = 0.0
-        self._transition_at = clock()
+        # By condition type: what the loop wants, what the API server last accepted and when, and
+        # when the status or reason last changed.
+        self._wanted: Dict[str, NodeCondition] = {}
+        self._written: Dict[str, NodeCondition] = {}
+        self._written_at: Dict[str, float] = {}
+        self._transition_at: Dict[str, float] = {}
         self._events: Deque[Dict[str, Any]] = deque()
         self.dropped_events = 0
         self.writes = 0
@@ -70,8 +73,8 @@ class KubePublisher:
     # -- called by the loop; never block ------------------------------------------------------
     def offer(self, condition: NodeCondition) -> None:
         with self._wake:
-            if condition != self._wanted:
-                self._wanted = condition
+            if condition != self._wanted.get(condition.type):
+                self._wanted[condition.type] = condition
                 self._wake.notify()
 
     def emit(self, reason: str, message: str, event_type: str = "Warning") -> None:
@@ -90,25 +93,28 @@ class KubePublisher:
             self._wake.notify()
 
     # -- the worker ----------------------------------------------------------------------------
-    def _due(self) -> bool:
-        if self._wanted is None:
-            return False
-        if self._wanted != self._written:
-            return True
-        return self.clock() - self._written_at >= self.heartbeat
+    def _due(self) -> Optional[NodeCondition]:
+        """The first condition to write now: changed, or its heartbeat is due."""
+        for kind, wanted in self._wanted.items():
+            if wanted != self._written.get(kind) or self.clock() - self._written_at[kind] >= self.heartbeat:
+                return wanted
+        return None
+
+    def _wait_s(self) -> float:
+        """Until the next heartbeat of the conditions written as wanted."""
+        waits = [self.heartbeat - (self.clock() - self._written_at[kind]) for kind in self._wanted
+                 if self._wanted[kind] == self._written.get(kind)]
+        return max(0.05, min(waits)) if waits else self.heartbeat
 
     def _run(self) -> None:
         backoff = 0.0
         while True:
             with self._wake:
-                while not self._stop and not self._events and not self._due():
-                    wait = self.heartbeat
-                    if self._wanted is not None and self._wanted == self._written:
-                        wait = max(0.05, self.heartbeat - (self.clock() - self._written_at))
-                    self._wake.wait(wait)
+                while not self._stop and not self._events and self._due() is None:
+                    self._wake.wait(self._wait_s())
                 if self._stop:
                     return
-                condition = self._wanted if self._due() else None
+                condition = self._due()
                 event = self._events[0] if self._events else None
             try:
                 api = self._api or self.api_factory()
@@ -134,13 +140,15 @@ class KubePublisher:
 
     def _write_condition(self, api: Any, condition: NodeCondition) -> None:
         now = self.clock()
-        written = self._written
+        written = self._written.get(condition.type)
         if written is None or (condition.status, condition.reason) != (written.status, written.reason):
             transition = now
         else:
-            transition = self._transition_at
+            transition = self._transition_at[condition.type]
         patch_node_condition(api, self.node, condition, heartbeat_at=now, transition_at=transition)
         self.writes += 1
         self.on_write("condition")
         with self._wake:
-            self._written, self._written_at, self._transition_at = condition, now, transition
+            self._written[condition.type] = condition
+            self._written_at[condition.type] = now
+            self._transition_at[condition.type] = transition

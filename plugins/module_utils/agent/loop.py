@@ -48,7 +48,9 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kernel_l
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import serve as metrics_server
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import NetworkWatch
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.node_state import HealthEvent, NodeState
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import XidEvent
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.sense import build_thresholds
@@ -112,6 +114,8 @@ class Agent:
                                 kernel_log_source=config.kernel_log.source, up=False)
         self.view.errors = {}
         self.view.xid_events = {}
+        ib = config.infiniband
+        self.network = NetworkWatch(config.node, ib.sysfs_root, ib.thresholds) if ib.enabled else None
 
     # -- counters shared with the publisher threads ------------------------------------------
     def count_error(self, source: str, message: str = "") -> None:
@@ -326,6 +330,7 @@ class Agent:
             self._stop_flag = True
 
     def _snapshot(self, lag: float) -> None:
+        self._network_tick()  # the ports need no NVML
         if self._reader is None:
             self._open_nvml()
             if self._reader is None:
@@ -387,6 +392,31 @@ class Agent:
             self._publisher.offer(condition)
         if self._fence is not None:
             self._fence.update(verdict.state == "fatal", fence_reason(condition.reason, condition.message))
+
+    def _network_tick(self) -> None:
+        """Read and judge the IB ports; journal, announce and publish what changed."""
+        if self.network is None:
+            return
+        try:
+            records = self.network.tick(self.clock())
+        except GpufleetError as exc:  # class/infiniband there but unreadable: keep the last judgement
+            self.count_error("infiniband", str(exc))
+            return
+        with self._lock:
+            self.view.network = self.network.view
+        for record in records:
+            self._journal(record)
+            summary = record["fault"]["summary"]
+            LOG.warning("network event", extra={"event": record["event"], "reason": record["reason"],
+                                                "verdict": record["verdict"], "summary": summary})
+            if self._publisher is not None:
+                cleared = record["event"] == "cleared"
+                self._publisher.emit(record["reason"], "%s%s (node network verdict %s)"
+                                     % ("cleared: " if cleared else "", summary, record["verdict"]),
+                                     "Normal" if cleared else "Warning")
+        condition = self.network.condition()
+        if condition is not None and self._publisher is not None:
+            self._publisher.offer(condition)
 
     def _journal(self, record: Dict[str, Any]) -> None:
         try:
@@ -473,6 +503,12 @@ class Agent:
             LOG.warning("reload: %s change only on restart", ", ".join(restart_needed))
         kept = {name: getattr(self.config, name) for name in restart_needed}
         new = replace(new, **kept)
+        old_ib = self.config.infiniband
+        if (new.infiniband.enabled, new.infiniband.sysfs_root) != (old_ib.enabled, old_ib.sysfs_root):
+            LOG.warning("reload: infiniband.enabled and infiniband.sysfs_root change only on restart")
+            new = replace(new, infiniband=replace(new.infiniband, enabled=old_ib.enabled, sysfs_root=old_ib.sysfs_root))
+        if self.network is not None:
+            self.network.reconfigure(new.infiniband.thresholds)
         with self._lock:
             self.state.thresholds = thresholds
             if new.driver_version is not None:

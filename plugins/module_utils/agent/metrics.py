@@ -31,13 +31,15 @@ try:
 except ImportError:  # pragma: no cover - the agent's hosts install it; modules never import this file
     CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = generate_latest = None
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import NetworkView
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import port_metrics
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     STATES,
     THROTTLE_REASONS,
     GpuSnapshot,
 )
 
-ERROR_SOURCES = ("nvml", "kernel_log", "kubernetes", "slurm", "journal", "config")
+ERROR_SOURCES = ("nvml", "kernel_log", "kubernetes", "slurm", "journal", "config", "infiniband")
 XID_SOURCES = ("nvml", "kernel_log")
 # What generate_latest writes (its CONTENT_TYPE_LATEST now names the 1.0.0 text format, which the
 # Prometheus of Debian bookworm, 2.42, does not know).
@@ -65,6 +67,7 @@ class MetricsView:
     uuids: Dict[int, str] = field(default_factory=dict)
     xid_counts: Dict[Tuple[int, str, int, str], int] = field(default_factory=dict)
     snapshots: List[GpuSnapshot] = field(default_factory=list)
+    network: Optional[NetworkView] = None  # None: the IB watch is off
 
 
 def _gauge(name: str, documentation: str, labels: Tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -112,6 +115,37 @@ def families(view: MetricsView) -> Iterator:
         xids.add_metric(["" if index < 0 else str(index), uuid, str(xid), action], count)
     yield xids
     yield from _snapshot_families(view.snapshots, view.uuids)
+    if view.network is not None:
+        yield from _network_families(view.network)
+
+
+# What health.infiniband.port_metrics names, with their help texts.
+_IB_HELP = {
+    "gpufleet_ib_port_up": "1 when the port is ACTIVE and its physical link LinkUp",
+    "gpufleet_ib_port_state": "The port's logical state code (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE)",
+    "gpufleet_ib_port_phys_state": "The port's physical state code (2 Polling, 3 Disabled, 5 LinkUp, ...)",
+    "gpufleet_ib_port_rate_gbps": "The port's signalling rate in Gb/s, as sysfs gives it",
+}
+
+
+def _network_families(network: NetworkView) -> Iterator:
+    verdict = _gauge("gpufleet_ib_node_verdict", "The node's InfiniBand/RoCE verdict (one-hot)", ("state",))
+    for state in STATES:
+        verdict.add_metric([state], 1 if network.verdict == state else 0)
+    yield verdict
+    grouped: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    for name, labels, value in port_metrics(network.ports):
+        grouped.setdefault(name, []).append((labels, value))
+    for name, samples in grouped.items():
+        labels = ("hca", "port", "link_layer")
+        if name.endswith("_total"):
+            family = _counter(name, "The port's %s counter, as the HCA's driver counts it"
+                              % name[len("gpufleet_ib_port_"):-len("_total")], labels)
+        else:
+            family = _gauge(name, _IB_HELP.get(name, name), labels)
+        for sample_labels, value in samples:
+            family.add_metric([sample_labels[label] for label in labels], value)
+        yield family
 
 
 def _snapshot_families(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> Iterator:

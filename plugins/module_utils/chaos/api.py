@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     experiments,
     gate,
     gpu_fault,
+    ib_fault,
     ledger,
     nccl_env,
     network,
@@ -56,7 +57,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 
 FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint, "nccl_env": nccl_env,
-            "network": network, "numa": numa}
+            "network": network, "numa": numa, "ib_fault": ib_fault}
 POOL_LABEL = "gpufleet.io/pool"
 # DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
 REINJECT_EVERY_S = 30.0

@@ -206,6 +206,27 @@ _add(Experiment(
     knobs=("interface", "delay_ms", "loss_percent", "rate_mbit", "observe", "measure_s"),
     on_host=True,
 ))
+_IB_SIMULATED = ("the HCA: the port's states and counters are files in the lab node's fake sysfs, which the "
+                 "unmodified health agent reads as it reads /sys",)
+_add(Experiment(
+    name="ib_port_down", family="ib_fault",
+    summary="An InfiniBand port goes DOWN/Disabled (params.hca, params.port)",
+    lab_backends=("ib_sim",), site_backends=(),
+    detection=Detection('max(1 - gpufleet_ib_port_up{{node="{node}",hca="{hca}",port="{port}"}})', "at_least", 1,
+                        what="the port's up gauge"),
+    alerts=("GpuNodeInfiniBandDown",),
+    simulated=_IB_SIMULATED, params={"hca": "mlx5_0", "port": 1}, knobs=("hca", "port"), on_host=True,
+))
+_add(Experiment(
+    name="ib_link_flap", family="ib_fault",
+    summary="An InfiniBand link flaps: down and up params.times times (default 3, the agent's flap count)",
+    lab_backends=("ib_sim",), site_backends=(),
+    detection=Detection('sum(gpufleet_ib_port_link_downed_total{{node="{node}",hca="{hca}",port="{port}"}})',
+                        what="the port's link_downed counter"),
+    alerts=("GpuNodeInfiniBandDown",),
+    simulated=_IB_SIMULATED, params={"hca": "mlx5_0", "port": 1, "times": 3}, knobs=("hca", "port", "times"),
+    on_host=True,
+))
 _NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"
               "seconds_total and node_pressure_memory_*, node_memory_numa_numa_miss_total / numa_foreign with "
               "--collector.meminfo_numa) and an alert on them beside the protected job's step rate: nothing "

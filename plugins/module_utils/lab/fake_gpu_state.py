@@ -18,7 +18,6 @@ Standard library only: the chaos backend and the CLI use it without pynvml.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -31,8 +30,12 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError as _FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.files import flocked, replace_text
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_ib
 
 MAX_GPUS = 32  # FAKE_NVML_MAX_GPUS in fake_nvml.c
+# Every lab node's HCAs, one port each: two rails, as a small HGX node has (a real one has up to eight).
+LAB_HCAS = ("mlx5_0", "mlx5_1")
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
@@ -199,28 +202,14 @@ def _events_dir(state_dir: str) -> str:
 
 def _write_atomic(path: str, text: str) -> bool:
     """Replace path with text unless it already holds exactly that; True when it wrote."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            if fh.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
     # No fsync: the lab's state does not need to survive a host crash, only a torn read.
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return True
+    return replace_text(path, text, sync=False)
 
 
 @contextmanager
 def _locked(state_dir: str) -> Iterator[None]:
-    fd = os.open(os.path.join(state_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(os.path.join(state_dir, ".lock")):
         yield
-    finally:
-        os.close(fd)
 
 
 def _load_node(state_dir: str) -> NodeState:
@@ -359,7 +348,8 @@ def init(state_dir: str, count: int, node: str, product: str) -> bool:
             if os.path.exists(_gpu_path(state_dir, gpu)):
                 os.unlink(_gpu_path(state_dir, gpu))
                 changed = True
-        return changed
+    # The node's HCAs too (its own lock): the agent reads them as its sysfs (docs/lab.md).
+    return fake_ib.create_tree(ib_root(state_dir), LAB_HCAS) or changed
 
 
 def set_fields(state_dir: str, gpu: int, **values: Any) -> bool:
@@ -393,8 +383,17 @@ def inject_xid(state_dir: str, gpu: int, xid: int) -> str:
     return name
 
 
+def ib_root(state_dir: str) -> str:
+    """The node's fake sysfs (``<state_dir>/sys/class/infiniband/...``, lab/fake_ib.py)."""
+    return os.path.join(state_dir, "sys")
+
+
 def clear(state_dir: str) -> bool:
-    """Every GPU back to healthy, no pending events; identity and capabilities are kept."""
+    """Every GPU back to healthy, no pending events, every IB port up; identity and capabilities are kept."""
+    return _clear_gpus(state_dir) | fake_ib.clear(ib_root(state_dir))
+
+
+def _clear_gpus(state_dir: str) -> bool:
     with _locked(state_dir):
         node = _load_node(state_dir)
         changed = False

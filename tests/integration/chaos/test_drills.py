@@ -28,8 +28,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fak
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 POOL_NODES = ["gpu-a-001", "gpu-a-002", "gpu-a-003", "gpu-a-004"]
+# The node faults the agent sees: the GPU faults, the burn and the InfiniBand ports (12: three
+# batches of four).
 GPU_EXPERIMENTS = ["gpu_xid", "gpu_ecc_dbe", "gpu_ecc_sbe_storm", "gpu_retired_pages", "gpu_row_remap_failure",
-                   "gpu_thermal", "gpu_power", "gpu_nvlink", "gpu_fallen_off_bus", "gpu_burn"]
+                   "gpu_thermal", "gpu_power", "gpu_nvlink", "gpu_fallen_off_bus", "gpu_burn",
+                   "ib_port_down", "ib_link_flap"]
 # Short deadlines: these drills check detection and rollback; with self-healing off nothing fences.
 WHOLE_POOL = {"max_nodes": 4, "max_percent": 100}
 # An alert reaches Alertmanager in 1-3 s in the lab; an experiment with no alert rule waits the whole

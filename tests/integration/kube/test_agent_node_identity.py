@@ -114,6 +114,17 @@ def test_an_agent_writes_its_own_condition(identity_lab, nodes):
         "type": "Warning", "source": {"component": "gpufleet-agent"}})
 
 
+def test_an_agent_writes_its_own_infiniband_condition_and_no_other_nodes(identity_lab, nodes):
+    """The agent's second condition (docs/agent.md, "Network health"): its own node's, no one else's."""
+    down = NodeCondition("InfiniBandHealthy", "False", "IbPortDown", "fatal: mlx5_1/1 down since 2026-12-06T06:00:00Z")
+    write(agent_api(str(identity_lab.kubeconfig_of(NODE_A))), NODE_A, down)
+    assert condition(nodes, NODE_A, "InfiniBandHealthy")["reason"] == "IbPortDown"
+    with pytest.raises(Exception) as refused:
+        write(agent_api(str(identity_lab.kubeconfig_of(NODE_A))), NODE_B, down)
+    assert refused.value.status == 403 and "may not change the status of node %s" % NODE_B in str(refused.value)
+    assert condition(nodes, NODE_B, "InfiniBandHealthy") is None
+
+
 def test_an_agent_cannot_mark_another_node(identity_lab, nodes):
     write(agent_api(str(identity_lab.kubeconfig_of(NODE_B))), NODE_B, HEALTHY)
     before = nodes.read_node(NODE_B)

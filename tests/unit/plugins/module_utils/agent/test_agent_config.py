@@ -16,6 +16,8 @@ def test_defaults_are_the_safe_ones():
     assert config.kernel_log.source == "kmsg" and config.kernel_log_path == DEFAULT_KMSG
     assert config.fast_fence.enabled is False
     assert config.kubernetes.enabled is True and config.kubernetes.heartbeat == 60.0
+    assert config.infiniband.enabled is True and config.infiniband.sysfs_root == "/sys"
+    assert config.infiniband.thresholds.down_after_s == 10 and config.infiniband.thresholds.recover_after_s == 60
 
 
 @pytest.mark.parametrize("raw, field", [
@@ -43,6 +45,13 @@ def test_defaults_are_the_safe_ones():
     ({"node": "n", "log_level": "loud"}, "log_level"),
     ({"node": "n", "nvml": {"path": "/x"}}, "nvml.path"),
     ({"node": "n", "colour": "blue"}, "colour"),
+    ({"node": "n", "infiniband": {"enabled": "no"}}, "infiniband.enabled"),
+    ({"node": "n", "infiniband": {"sysfs_root": ""}}, "infiniband.sysfs_root"),
+    ({"node": "n", "infiniband": {"root": "/sys"}}, "infiniband.root"),
+    ({"node": "n", "infiniband": {"thresholds": {"down_after_s": -1}}}, "infiniband.thresholds.down_after_s"),
+    ({"node": "n", "infiniband": {"thresholds": {"flaps": 3}}}, "infiniband.thresholds.flaps"),
+    ({"node": "n", "infiniband": {"thresholds": {"error_rate_per_min": {"crc": 1}}}},
+     "infiniband.thresholds.error_rate_per_min.crc"),
 ])
 def test_bad_input_names_the_field(raw, field):
     with pytest.raises(FieldError) as caught:
@@ -102,3 +111,21 @@ def test_a_kubeconfig_the_agent_cannot_use_is_refused_at_load(tmp_path):
     path.write_text("node: n1\nkubernetes: {kubeconfig: %s}\n" % (tmp_path / "kubeconfig"))
     with pytest.raises(ConfigError, match=r"^kubernetes.kubeconfig: .*exec is not supported"):
         load_config(str(path))
+
+
+def test_check_config_prints_the_infiniband_settings(tmp_path):
+    """The role validates every lab agent's file with --check-config, which prints it as JSON."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "agent.yml"
+    path.write_text("node: gpu-a-001\ninfiniband:\n  sysfs_root: /var/tmp/lab/gpus/gpu-a-001/sys\n"
+                    "  thresholds: {ignore: [mlx5_3, mlx5_2/1], error_rate_per_min: {symbol_error: 5}}\n")
+    done = subprocess.run([sys.executable, "-m", "ansible_collections.gpufleet.resilience.plugins.module_utils.agent",
+                           "--check-config", "--config", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)["infiniband"]
+    assert printed["sysfs_root"] == "/var/tmp/lab/gpus/gpu-a-001/sys"
+    assert printed["thresholds"]["ignore"] == ["mlx5_2/1", "mlx5_3"]
+    assert printed["thresholds"]["error_rate_per_min"]["symbol_error"] == 5
