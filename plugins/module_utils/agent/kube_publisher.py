@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.node_stat
 
 EVENT_BACKLOG = 256
 COMPONENT = "gpufleet-agent"
+FIRST = "GpuHealthy"  # written first when several conditions are due
 LOG = logging.getLogger("gpufleet.agent.kube")
 
 
@@ -54,6 +55,10 @@ class KubePublisher:
         self._written: Dict[str, NodeCondition] = {}
         self._written_at: Dict[str, float] = {}
         self._transition_at: Dict[str, float] = {}
+        # A condition whose write failed waits its own backoff: one the API server refuses (a policy
+        # without InfiniBandHealthy) never holds back GpuHealthy or the Events.
+        self._retry_at: Dict[str, float] = {}
+        self._backoff: Dict[str, float] = {}
         self._events: Deque[Dict[str, Any]] = deque()
         self.dropped_events = 0
         self.writes = 0
@@ -94,20 +99,30 @@ class KubePublisher:
 
     # -- the worker ----------------------------------------------------------------------------
     def _due(self) -> Optional[NodeCondition]:
-        """The first condition to write now: changed, or its heartbeat is due."""
-        for kind, wanted in self._wanted.items():
-            if wanted != self._written.get(kind) or self.clock() - self._written_at[kind] >= self.heartbeat:
+        """The first condition to write now: changed, or its heartbeat is due, and not waiting out
+        the backoff of a failed write. GpuHealthy first: the remediation reads it."""
+        now = self.clock()
+        for kind in sorted(self._wanted, key=lambda kind: kind != FIRST):
+            wanted = self._wanted[kind]
+            if now < self._retry_at.get(kind, 0.0):
+                continue
+            if wanted != self._written.get(kind) or now - self._written_at[kind] >= self.heartbeat:
                 return wanted
         return None
 
     def _wait_s(self) -> float:
-        """Until the next heartbeat of the conditions written as wanted."""
-        waits = [self.heartbeat - (self.clock() - self._written_at[kind]) for kind in self._wanted
-                 if self._wanted[kind] == self._written.get(kind)]
+        """Until the next heartbeat of a condition written as wanted, or the next retry of a failed one."""
+        now = self.clock()
+        waits = []
+        for kind, wanted in self._wanted.items():
+            if self._retry_at.get(kind, 0.0) > now:
+                waits.append(self._retry_at[kind] - now)
+            elif wanted == self._written.get(kind):
+                waits.append(self.heartbeat - (now - self._written_at[kind]))
         return max(0.05, min(waits)) if waits else self.heartbeat
 
     def _run(self) -> None:
-        backoff = 0.0
+        backoff = 0.0  # the Events' and the client's own
         while True:
             with self._wake:
                 while not self._stop and not self._events and self._due() is None:
@@ -120,7 +135,7 @@ class KubePublisher:
                 api = self._api or self.api_factory()
                 self._api = api
                 if condition is not None:
-                    self._write_condition(api, condition)
+                    self._try_condition(api, condition)
                 if event is not None:
                     create_node_event(api, event_body(self.node, event["reason"], event["message"], event["type"],
                                                       COMPONENT, event["at"]))
@@ -137,6 +152,22 @@ class KubePublisher:
                 with self._wake:
                     if not self._stop:
                         self._wake.wait(backoff)
+
+    def _try_condition(self, api: Any, condition: NodeCondition) -> None:
+        """Write one condition; a failure is counted and backs off that condition alone."""
+        kind = condition.type
+        try:
+            self._write_condition(api, condition)
+        except Exception as exc:  # KubeError: refused, or the server is away
+            self.on_error(str(exc))
+            delay = min(self.backoff_max, max(0.5, self._backoff.get(kind, 0.0) * 2))
+            with self._wake:
+                self._backoff[kind], self._retry_at[kind] = delay, self.clock() + delay
+            LOG.warning("kubernetes write of %s failed, retrying in %.1fs: %s", kind, delay, exc)
+            return
+        with self._wake:
+            self._backoff.pop(kind, None)
+            self._retry_at.pop(kind, None)
 
     def _write_condition(self, api: Any, condition: NodeCondition) -> None:
         now = self.clock()

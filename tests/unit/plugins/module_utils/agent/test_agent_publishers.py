@@ -88,6 +88,34 @@ def test_api_server_down_backs_off_and_publishes_the_newest_state_when_back():
         publisher.stop()
 
 
+class PolicyApi(RecordingApi):
+    """An API server whose admission policy refuses one condition type (an older policy)."""
+
+    def patch_node_status(self, name, body, **kwargs):
+        if body["status"]["conditions"][0]["type"] == "InfiniBandHealthy":
+            raise PermissionError("403: a health agent may change only its node's GpuHealthy condition")
+        super().patch_node_status(name, body, **kwargs)
+
+
+def test_a_refused_condition_backs_off_alone_and_holds_back_neither_the_other_nor_events():
+    api = PolicyApi()
+    errors = []
+    publisher = KubePublisher("gpu-a-001", lambda: api, heartbeat=60, backoff_max=30, on_error=errors.append)
+    publisher.start()
+    try:
+        publisher.offer(NodeCondition("InfiniBandHealthy", "False", "IbPortDown", "fatal: mlx5_1/1 down since ..."))
+        assert wait_until(lambda: errors)
+        publisher.offer(HEALTHY)
+        publisher.emit("Xid79", "GPU 3 ...")
+        assert wait_until(lambda: api.patches and api.events, timeout=2)  # not after the refused one's backoff
+        publisher.offer(FATAL)
+        assert wait_until(lambda: api.patches[-1][1]["reason"] == "Xid79", timeout=2)
+        assert {c["type"] for _n, c in api.patches} == {"GpuHealthy"}
+        assert len(errors) <= 3  # backing off, not retried in a loop
+    finally:
+        publisher.stop()
+
+
 class FakeSlurm:
     def __init__(self, state="IDLE", flags=(), reason=None, failures=0):
         self.node = SlurmNode(name="gpu-a-001", state=state, flags=tuple(flags), reason=reason)
