@@ -198,8 +198,8 @@ def _infiniband(section: Mapping[str, Any]) -> InfinibandConfig:
     except FieldError as exc:  # named ib.<key> by the judge; here it is a key of this file
         raise FieldError("infiniband.thresholds." + exc.field.split(".", 1)[-1], exc.message) from None
     return InfinibandConfig(enabled=_bool(section.get("enabled", True), "infiniband.enabled"),
-                            sysfs_root=_text(section.get("sysfs_root", "/sys"), "infiniband.sysfs_root",
-                                             optional=False) or "/sys",
+                            sysfs_root=str(_text(section.get("sysfs_root", "/sys"), "infiniband.sysfs_root",
+                                                 optional=False)),
                             thresholds=thresholds)
 
 

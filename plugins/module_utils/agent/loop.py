@@ -377,15 +377,7 @@ class Agent:
             gpu_count = len(self.state.inventory) or len(self.state.snapshots)
         condition = health_condition(verdict, gpu_count)
         for record in records:
-            self._journal(record.to_dict())
-            summary = record.fault.get("summary", "")
-            LOG.warning("health event", extra={"event": record.event, "reason": record.reason,
-                                               "verdict": record.verdict, "summary": summary})
-            if self._publisher is not None:
-                prefix = "cleared: " if record.event == "cleared" else ""
-                self._publisher.emit(record.reason, "%s%s (node verdict %s, %s)"
-                                     % (prefix, summary, record.verdict, record.verdict_action),
-                                     "Normal" if record.event == "cleared" else "Warning")
+            self._announce(record.to_dict(), "health", "node verdict %s, %s" % (record.verdict, record.verdict_action))
         if not records and not always:
             return
         if self._publisher is not None:
@@ -405,18 +397,23 @@ class Agent:
         with self._lock:
             self.view.network = self.network.view
         for record in records:
-            self._journal(record)
-            summary = record["fault"]["summary"]
-            LOG.warning("network event", extra={"event": record["event"], "reason": record["reason"],
-                                                "verdict": record["verdict"], "summary": summary})
-            if self._publisher is not None:
-                cleared = record["event"] == "cleared"
-                self._publisher.emit(record["reason"], "%s%s (node network verdict %s)"
-                                     % ("cleared: " if cleared else "", summary, record["verdict"]),
-                                     "Normal" if cleared else "Warning")
+            self._announce(record, "network", "node network verdict %s" % record["verdict"])
         condition = self.network.condition()
         if condition is not None and self._publisher is not None:
             self._publisher.offer(condition)
+
+    def _announce(self, record: Dict[str, Any], what: str, verdict: str) -> None:
+        """One health record (``what``: health or network): the journal line, the log line and the
+        Kubernetes Event, whose message ends with ``verdict``."""
+        self._journal(record)
+        summary = record["fault"].get("summary", "")
+        cleared = record["event"] == "cleared"
+        LOG.warning("%s event", what,
+                    extra={"event": record["event"], "reason": record["reason"], "verdict": record["verdict"],
+                           "summary": summary})
+        if self._publisher is not None:
+            self._publisher.emit(record["reason"], "%s%s (%s)" % ("cleared: " if cleared else "", summary, verdict),
+                                 "Normal" if cleared else "Warning")
 
     def _journal(self, record: Dict[str, Any]) -> None:
         try:

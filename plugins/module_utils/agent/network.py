@@ -48,7 +48,6 @@ class NetworkView:
 
     ports: List[IbPort] = field(default_factory=list)
     verdict: str = "healthy"
-    error: Optional[str] = None  # why class/infiniband could not be read, if it could not
 
 
 def _key(finding: IbFinding) -> Tuple[str, int, str]:

@@ -27,6 +27,13 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import e
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import int_param
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import read_port
+from ansible_collections.gpufleet.resilience.plugins.module_utils.ib_sysfs import (
+    ACTIVE,
+    LINK_UP,
+    PHYS_STATE_NAMES,
+    STATE_NAMES,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state, fake_ib
 
 BACKENDS = ("ib_sim",)
@@ -62,15 +69,15 @@ def _root(ctx: FaultContext, node: str) -> str:
     return root
 
 
-def _port_state(root: str, hca: str, port: int) -> Dict[str, str]:
+def _port_state(root: str, hca: str, port: int) -> Dict[str, int]:
+    """The port's state codes as the agent reads them (health.infiniband.read_port)."""
     base = os.path.join(root, "class", "infiniband", hca, "ports", str(port))
     if not os.path.isdir(base):
         raise FieldError("params.hca", "the node has no port %s/%d (see %s)" % (hca, port, os.path.dirname(base)))
-    states = {}
-    for name in ("state", "phys_state"):
-        with open(os.path.join(base, name), encoding="ascii") as handle:
-            states[name] = handle.read().strip()
-    return states
+    found = read_port(base, hca, port)
+    if found.error:
+        raise FieldError("params.hca", "port %s/%d cannot be read: %s" % (hca, port, found.error))
+    return {"state": found.state_code, "phys_state": found.phys_state_code}
 
 
 # -- the family interface ----------------------------------------------------------------------
@@ -111,11 +118,10 @@ def revert(undo: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     root = _root(ctx, undo["node"])
     # A crash before inject wrote its undo: the port back up, the only safe guess (the steady-state
     # check before the inject found the node healthy).
-    previous = undo.get("previous") or {"state": "ACTIVE", "phys_state": "LinkUp"}
-    state = previous["state"].split(":")[0].strip()
-    phys = previous["phys_state"].split(":")[0].strip()
-    if fake_ib.set_port(root, params["hca"], params["port"], state=int(state) if state.isdigit() else state,
-                        phys_state=int(phys) if phys.isdigit() else phys):
-        reverted.append("%s: InfiniBand port %s/%d back to %s, %s"
-                        % (undo["node"], params["hca"], params["port"], previous["state"], previous["phys_state"]))
+    previous = undo.get("previous") or {"state": ACTIVE, "phys_state": LINK_UP}
+    state, phys = previous["state"], previous["phys_state"]
+    if fake_ib.set_port(root, params["hca"], params["port"], state=state, phys_state=phys):
+        reverted.append("%s: InfiniBand port %s/%d back to %s, %s" % (
+            undo["node"], params["hca"], params["port"], STATE_NAMES.get(state, state),
+            PHYS_STATE_NAMES.get(phys, phys)))
     return {"reverted": reverted, "already": not reverted}
