@@ -31,8 +31,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import HealthError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.ib_sysfs import (
     ACTIVE,
+    CODED,
     COUNTERS,
     LINK_UP,
+    RATE,
 )
 
 # Per minute, over error_window_s. Discards are congestion more than a bad link: not judged by default.
@@ -44,8 +46,6 @@ SEVERITY = {"missing": "fatal", "down": "fatal", "flapping": "fatal", "errors_ri
             "unreadable": "degraded"}
 REASON_MAX_FINDINGS = 4  # the findings list has them all; a one-line reason does not need them
 
-_CODED = re.compile(r"(\d+)\s*:\s*(\S.*)")
-_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*Gb/sec\b.*")
 _IGNORE = re.compile(r"[A-Za-z0-9_]+(/[0-9]+)?")
 _MAX_READ = 4096  # sysfs attributes are one page at most
 _MAX_SAMPLES = 4096  # a guard only: equal samples collapse, so a window holds about two per change
@@ -53,7 +53,7 @@ _MAX_SAMPLES = 4096  # a guard only: equal samples collapse, so a window holds a
 
 def parse_coded(text: str) -> Tuple[int, str]:
     """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; ValueError for anything else."""
-    match = _CODED.fullmatch(text.strip())
+    match = CODED.fullmatch(text.strip())
     if not match:
         raise ValueError("expected '<code>: <name>', got %r" % text.strip()[:80])
     return int(match.group(1)), match.group(2).strip()
@@ -61,7 +61,7 @@ def parse_coded(text: str) -> Tuple[int, str]:
 
 def parse_rate(text: str) -> float:
     """``"400 Gb/sec (4X NDR)"`` -> ``400.0``; ValueError for anything else."""
-    match = _RATE.fullmatch(text.strip())
+    match = RATE.fullmatch(text.strip())
     if not match:
         raise ValueError("expected '<number> Gb/sec (...)', got %r" % text.strip()[:80])
     return float(match.group(1))

@@ -348,7 +348,7 @@ def init(state_dir: str, count: int, node: str, product: str) -> bool:
             if os.path.exists(_gpu_path(state_dir, gpu)):
                 os.unlink(_gpu_path(state_dir, gpu))
                 changed = True
-    # The node's HCAs too (its own lock): the agent reads them as its sysfs (docs/lab.md).
+    # The node's HCAs too (its own lock): the agent reads them as its sysfs (docs/agent.md, "Network health").
     return fake_ib.create_tree(ib_root(state_dir), LAB_HCAS) or changed
 
 

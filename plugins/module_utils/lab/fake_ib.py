@@ -28,17 +28,17 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import flocked, replace_text
 from ansible_collections.gpufleet.resilience.plugins.module_utils.ib_sysfs import (
     ACTIVE,
+    CODED,
     COUNTERS,
     LINK_UP,
     PHYS_STATE_NAMES,
+    RATE,
     STATE_NAMES,
 )
 
 MAX_PORTS = 64  # far beyond any HCA: a guard against a typo making thousands of directories
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 _HCA = re.compile(r"[A-Za-z0-9_]+")
-_CODED = re.compile(r"(\d+)\s*:\s*\S.*")
-_RATE = re.compile(r"\d+(?:\.\d+)?\s*Gb/sec\b.*")
 # What a cable pull looks like: the port logically DOWN, the PHY polling for a partner.
 _DOWN = (1, 2)
 _UP = (ACTIVE, LINK_UP)
@@ -103,7 +103,7 @@ def _code(value: Union[str, int], table: Mapping[int, str], field: str) -> int:
 
 def _check_rate(rate: Union[str, int, float]) -> str:
     text = "%g Gb/sec (4X)" % rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate
-    if not isinstance(text, str) or not _RATE.fullmatch(text.strip()):
+    if not isinstance(text, str) or not RATE.fullmatch(text.strip()):
         raise FieldError("rate", "must be like '400 Gb/sec (4X NDR)' or a number of Gb/s, got %r" % (rate,))
     return text.strip()
 
@@ -195,7 +195,7 @@ def set_port(root: str, hca: str, port: int, state: Union[str, int, None] = None
 def _current_code(port_dir: str, name: str) -> int:
     """The code in a state file; one missing or broken (by a test, on purpose) reads as down."""
     try:
-        match = _CODED.fullmatch(_read(os.path.join(port_dir, name)))
+        match = CODED.fullmatch(_read(os.path.join(port_dir, name)))
     except OSError:
         match = None
     if not match:
