@@ -41,6 +41,10 @@ Every key, its default and its meaning (docs/agent.md repeats them for operators
       sysfs_root: /sys           # where class/infiniband is (the lab gives each node a fake tree)
       thresholds: {}             # down_after_s, flap_count, flap_window_s, error_rate_per_min,
                                  # error_window_s, recover_after_s, ignore (health/infiniband.py)
+    jobs:
+      enabled: true              # watch the jobs' progress files (health/job_progress.py)
+      progress_dir: /run/gpufleet/progress   # <job id>.<rank> files; made sticky 1777 at start
+      stall_after_s: 600         # a rank silent this long stalled, unless its file names its own window
     log_level: info              # debug | info | warning | error
 
 Pure: parsing and validation only. Errors are ``FieldError`` naming the key
@@ -57,6 +61,7 @@ from typing import Any, Dict, Mapping, Optional
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_int, check_mapping
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import IbThresholds
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.job_progress import WINDOW_MAX_S, WINDOW_MIN_S
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 
 KERNEL_LOG_SOURCES = ("kmsg", "journal", "file", "none")
@@ -64,6 +69,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_PORT = 9402
 DEFAULT_KMSG = "/dev/kmsg"
 DEFAULT_JOURNAL = "/var/lib/gpufleet/health-events.jsonl"
+DEFAULT_PROGRESS_DIR = "/run/gpufleet/progress"
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DRIVER = re.compile(r"\d{2,4}(\.\d{1,4}){0,3}")
 _ADDRESS = re.compile(r"[0-9A-Za-z.:\[\]-]{1,255}")
@@ -119,6 +125,13 @@ class InfinibandConfig:
 
 
 @dataclass(frozen=True)
+class JobsConfig:
+    enabled: bool = True
+    progress_dir: str = DEFAULT_PROGRESS_DIR
+    stall_after_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     node: str
     interval: float = 1.0
@@ -131,6 +144,7 @@ class AgentConfig:
     journal: str = DEFAULT_JOURNAL
     fast_fence: FastFenceConfig = FastFenceConfig()
     infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)
+    jobs: JobsConfig = JobsConfig()
     log_level: str = "info"
 
     @property
@@ -203,8 +217,16 @@ def _infiniband(section: Mapping[str, Any]) -> InfinibandConfig:
                             thresholds=thresholds)
 
 
+def _jobs(section: Mapping[str, Any]) -> JobsConfig:
+    return JobsConfig(enabled=_bool(section.get("enabled", True), "jobs.enabled"),
+                      progress_dir=str(_text(section.get("progress_dir", DEFAULT_PROGRESS_DIR), "jobs.progress_dir",
+                                             optional=False)),
+                      stall_after_s=_number(section.get("stall_after_s", 600.0), "jobs.stall_after_s",
+                                            WINDOW_MIN_S, WINDOW_MAX_S))
+
+
 _TOP_KEYS = ("node", "interval", "driver_version", "thresholds", "nvml", "kernel_log", "metrics", "kubernetes",
-             "journal", "fast_fence", "infiniband", "log_level")
+             "journal", "fast_fence", "infiniband", "jobs", "log_level")
 
 
 def parse_config(raw: Any) -> AgentConfig:
@@ -245,6 +267,7 @@ def parse_config(raw: Any) -> AgentConfig:
     kube = _section(raw, "kubernetes", KubernetesConfig)
     fence = _section(raw, "fast_fence", FastFenceConfig)
     infiniband = _section(raw, "infiniband", InfinibandConfig)
+    jobs = _section(raw, "jobs", JobsConfig)
 
     level = raw.get("log_level", "info")
     if level not in LOG_LEVELS:
@@ -270,5 +293,6 @@ def parse_config(raw: Any) -> AgentConfig:
         journal=_text(raw.get("journal", DEFAULT_JOURNAL), "journal", optional=False),
         fast_fence=_fast_fence(fence),
         infiniband=_infiniband(infiniband),
+        jobs=_jobs(jobs),
         log_level=level,
     )

@@ -44,6 +44,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.fast_fen
     fence_client,
     fence_reason,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.jobs import JobWatch
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kernel_log_source import make_follower
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.kube_publisher import KubePublisher
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView
@@ -116,6 +117,8 @@ class Agent:
         self.view.xid_events = {}
         ib = config.infiniband
         self.network = NetworkWatch(config.node, ib.sysfs_root, ib.thresholds) if ib.enabled else None
+        jobs = config.jobs
+        self.jobs = JobWatch(config.node, jobs.progress_dir, jobs.stall_after_s) if jobs.enabled else None
 
     # -- counters shared with the publisher threads ------------------------------------------
     def count_error(self, source: str, message: str = "") -> None:
@@ -161,6 +164,7 @@ class Agent:
         # carry a restored fault (NVML unavailable now: the first snapshot retries and says so).
         self._open_nvml()
         self.restore()
+        self._prepare_jobs()
         self._start_metrics()
         self._start_publishers()
         self._start_follower()
@@ -269,6 +273,14 @@ class Agent:
                 self._queue.put(("snapshot_now",))
                 self._threads_stop.wait(self.config.interval)
 
+    def _prepare_jobs(self) -> None:
+        if self.jobs is None:
+            return
+        try:
+            self.jobs.prepare()
+        except OSError as exc:  # a read-only or foreign directory: read what the jobs write there anyway
+            self.count_error("jobs", "cannot prepare %s: %s" % (self.jobs.progress_dir, exc))
+
     def _start_follower(self) -> None:
         cfg = self.config.kernel_log
         self._follower = make_follower(cfg.source, self.config.kernel_log_path,
@@ -330,7 +342,8 @@ class Agent:
             self._stop_flag = True
 
     def _snapshot(self, lag: float) -> None:
-        self._network_tick()  # the ports need no NVML
+        self._network_tick()  # the ports and the jobs need no NVML
+        self._jobs_tick()
         if self._reader is None:
             self._open_nvml()
             if self._reader is None:
@@ -389,21 +402,34 @@ class Agent:
         """Read and judge the IB ports; journal, announce and publish what changed."""
         if self.network is None:
             return
-        try:
-            records = self.network.tick(self.clock())
-        except GpufleetError as exc:  # class/infiniband there but unreadable: keep the last judgement
-            self.count_error("infiniband", str(exc))
+        if not self._watch_tick(self.network, "infiniband", "network", "node network verdict"):
             return
-        with self._lock:
-            self.view.network = self.network.view
-        for record in records:
-            self._announce(record, "network", "node network verdict %s" % record["verdict"])
         condition = self.network.condition()
         if condition is not None and self._publisher is not None:
             self._publisher.offer(condition)
 
+    def _jobs_tick(self) -> None:
+        """Read and judge the jobs' progress files; journal and announce the stalls that began or ended."""
+        if self.jobs is not None:
+            self._watch_tick(self.jobs, "jobs", "jobs", "job")
+
+    def _watch_tick(self, watch: Any, source: str, field: str, verdict: str) -> bool:
+        """One tick of a watch beside NVML (``NetworkWatch``, ``JobWatch``): its view to the metrics'
+        ``field``, its records announced (as ``field`` events). False when it could not read
+        (``source`` counts the error and the last judgement stays)."""
+        try:
+            records = watch.tick(self.clock())
+        except GpufleetError as exc:
+            self.count_error(source, str(exc))
+            return False
+        with self._lock:
+            setattr(self.view, field, watch.view)
+        for record in records:
+            self._announce(record, field, "%s %s" % (verdict, record["verdict"]))
+        return True
+
     def _announce(self, record: Dict[str, Any], what: str, verdict: str) -> None:
-        """One health record (``what``: health or network): the journal line, the log line and the
+        """One health record (``what``: health, network or jobs): the journal line, the log line and the
         Kubernetes Event, whose message ends with ``verdict``."""
         self._journal(record)
         summary = record["fault"].get("summary", "")
@@ -506,6 +532,12 @@ class Agent:
             new = replace(new, infiniband=replace(new.infiniband, enabled=old_ib.enabled, sysfs_root=old_ib.sysfs_root))
         if self.network is not None:
             self.network.reconfigure(new.infiniband.thresholds)
+        if new.jobs.progress_dir != self.config.jobs.progress_dir or new.jobs.enabled != self.config.jobs.enabled:
+            LOG.warning("reload: jobs.enabled and jobs.progress_dir change only on restart")
+            new = replace(new, jobs=replace(new.jobs, enabled=self.config.jobs.enabled,
+                                            progress_dir=self.config.jobs.progress_dir))
+        if self.jobs is not None:
+            self.jobs.reconfigure(new.jobs.stall_after_s)
         with self._lock:
             self.state.thresholds = thresholds
             if new.driver_version is not None:

@@ -31,6 +31,7 @@ try:
 except ImportError:  # pragma: no cover - the agent's hosts install it; modules never import this file
     CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = generate_latest = None
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.jobs import JobsView
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import NetworkView
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import port_metrics
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
@@ -68,6 +69,7 @@ class MetricsView:
     xid_counts: Dict[Tuple[int, str, int, str], int] = field(default_factory=dict)
     snapshots: List[GpuSnapshot] = field(default_factory=list)
     network: Optional[NetworkView] = None  # None: the IB watch is off
+    jobs: Optional[JobsView] = None  # None: the jobs' watch is off
 
 
 def _gauge(name: str, documentation: str, labels: Tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -117,6 +119,8 @@ def families(view: MetricsView) -> Iterator:
     yield from _snapshot_families(view.snapshots, view.uuids)
     if view.network is not None:
         yield from _network_families(view.network)
+    if view.jobs is not None:
+        yield from _job_families(view.jobs)
 
 
 # What health.infiniband.port_metrics names, with their help texts.
@@ -146,6 +150,30 @@ def _network_families(network: NetworkView) -> Iterator:
         for sample_labels, value in samples:
             family.add_metric([sample_labels[label] for label in labels], value)
         yield family
+
+
+def _job_families(jobs: JobsView) -> Iterator:
+    """Per rank the heartbeat and the step (when the file gives one), per job its window and whether it stalled."""
+    heartbeat = _gauge("gpufleet_job_progress_timestamp_seconds",
+                       "When the job's rank last reported progress (its progress file's modification time)",
+                       ("job_id", "rank"))
+    step = _gauge("gpufleet_job_progress_step", "The step the job's rank last reported", ("job_id", "rank"))
+    for rank in jobs.ranks:
+        heartbeat.add_metric([rank.job_id, str(rank.rank)], rank.updated)
+        if rank.step is not None:
+            step.add_metric([rank.job_id, str(rank.rank)], rank.step)
+    window = _gauge("gpufleet_job_stall_window_seconds",
+                    "How long a rank of the job may report nothing before the job counts as stalled", ("job_id",))
+    stalled = _gauge("gpufleet_job_stalled", "1 when a rank of the job reported no progress for its window",
+                     ("job_id",))
+    for job_id, seconds in sorted(jobs.windows.items(), key=lambda item: int(item[0])):
+        window.add_metric([job_id], seconds)
+        stalled.add_metric([job_id], 1 if job_id in jobs.stalled else 0)
+    ignored = _gauge("gpufleet_job_progress_files_ignored",
+                     "Entries of the progress directory that are not a rank's file (<job>.<rank>, regular, "
+                     "within the agent's limit)")
+    ignored.add_metric([], jobs.ignored)
+    yield from (heartbeat, step, window, stalled, ignored)
 
 
 def _snapshot_families(snapshots: List[GpuSnapshot], uuids: Dict[int, str]) -> Iterator:

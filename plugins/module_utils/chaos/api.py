@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     gate,
     gpu_fault,
     ib_fault,
+    job_hang,
     ledger,
     nccl_env,
     network,
@@ -57,7 +58,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 
 FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint, "nccl_env": nccl_env,
-            "network": network, "numa": numa, "ib_fault": ib_fault}
+            "network": network, "numa": numa, "ib_fault": ib_fault, "job_hang": job_hang}
 POOL_LABEL = "gpufleet.io/pool"
 # DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
 REINJECT_EVERY_S = 30.0
@@ -234,11 +235,11 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         allowed_dirs.append(os.path.normpath(params["lab_dir"]))  # the lab's own files
     merged = dict(experiment.params)
     merged.update(experiments.check_params(experiment, params.get("params"), allowed_dirs))
-    if experiment.name == "checkpoint_kill":
-        # The job a checkpoint kill kills is the one the drill protects.
-        for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):
-            if params.get(option) and not merged.get(knob):
-                merged[knob] = params[option]
+    # The job a checkpoint kill kills, or a job hang stops, is the one the drill protects.
+    for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):
+        if knob in experiment.knobs and experiment.family in ("checkpoint", "job_hang") \
+                and params.get(option) and not merged.get(knob):
+            merged[knob] = params[option]
     rails = gate.Rails.from_dict(params.get("blast_radius"), params.get("max_duration"))
     deadlines = experiments.deadlines(params.get("deadlines"))
     allowed = check_node_names(list(params.get("allowed_nodes") or []), "allowed_nodes")

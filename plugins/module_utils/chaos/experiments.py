@@ -66,6 +66,9 @@ class Experiment:
     # never on the controller, which did not opt in. False: it acts only through an API (Kubernetes,
     # Slurm) and may run anywhere. See acts_on_host() for the knobs that move a fault onto the host.
     on_host: bool = False
+    # Why nothing in the loop recovers from this fault yet (the drill then reports "recovered" as not
+    # observable, with this reason, instead of waiting for its deadline); empty: recovery is awaited.
+    no_recovery: str = ""
 
 
 def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
@@ -227,6 +230,19 @@ _add(Experiment(
     simulated=_IB_SIMULATED, params={"hca": "mlx5_0", "port": 1, "times": 3}, knobs=("hca", "port", "times"),
     on_host=True,
 ))
+_add(Experiment(
+    name="job_hang", family="job_hang",
+    summary="A rank of the protected job stops (SIGSTOP to its batch step): RUNNING, GPUs held, no progress",
+    lab_backends=("slurm",), site_backends=("slurm",),
+    detection=Detection('max(gpufleet_job_stalled{{node="{node}",job_id="{job_id}"}})', "at_least", 1,
+                        what="the job's stalled gauge (its progress file unchanged for its window)"),
+    alerts=("GpuJobStalled",),
+    missing_alert_hint="the job's progress file (GPUFLEET_PROGRESS_FILE from the TaskProlog, docs/agent.md) and "
+                       "the GpuJobStalled rule: without them a hung job holds its GPUs unseen",
+    no_recovery="no remediation acts on a hung job yet (a JOB_HANG plan would requeue it from its checkpoint); "
+                "the drill's rollback resumes the rank (SIGCONT)",
+    knobs=("job_id",),
+))
 _NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"
               "seconds_total and node_pressure_memory_*, node_memory_numa_numa_miss_total / numa_foreign with "
               "--collector.meminfo_numa) and an alert on them beside the protected job's step rate: nothing "
@@ -311,6 +327,7 @@ def loop_expectations(experiment: Experiment, params: Mapping[str, Any]) -> Dict
         "alerts": alerts,
         "fences": fences,
         "requeues": fences or experiment.requeues,
+        "no_recovery": experiment.no_recovery,
         "missing_alert_hint": experiment.missing_alert_hint,
     }
 

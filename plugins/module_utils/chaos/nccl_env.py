@@ -8,7 +8,7 @@ One experiment, ``nccl_env`` (``params.vars``: {NCCL_NAME: value}), three backen
 * ``nccl_conf`` - the node's ``/etc/nccl.conf`` (``NAME=value`` lines), which NCCL reads at
   communicator init; a variable the job sets itself wins over the file. The default on a site.
 * ``slurm_taskprolog`` - a drop-in of ``export NAME=value`` lines that the site's Slurm
-  TaskProlog prints (roles/slurm/templates/nccl-task-prolog.j2 is the one the lab runs), and
+  TaskProlog prints (roles/slurm/templates/task-prolog.j2 is the one the lab runs), and
   slurmstepd applies to every task's environment: it wins over the job's own settings. The
   default in the lab, where it is observed for real: a job started on the target prints them.
 * ``pod_env`` - a pod template's env (Kubernetes): planned and documented, not implemented; the

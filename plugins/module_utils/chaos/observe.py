@@ -199,7 +199,10 @@ class LoopWatch:
             self.decide("detected", "not_observable", "no protected job output was given (protected_output)", None)
         if not self.expect.get("fences"):
             self.decide("scheduler", "skipped", "not expected", None, "no fence: the fault is not fatal")
-        if self.expect.get("requeues") and not self.job_id:
+        if self.expect.get("no_recovery"):
+            self.decide("recovered", "not_observable", self.expect["no_recovery"], None,
+                        "job %s makes progress again" % self.job_id)
+        elif self.expect.get("requeues") and not self.job_id:
             self.decide("recovered", "not_observable", "no protected job was given (protected_job)", None)
         elif not self.job_id:
             self.decide("recovered", "skipped", "not expected", None, "no protected job given and none needed")

@@ -104,6 +104,10 @@ def gaps(steps: Sequence[Mapping[str, Any]], experiment: str, expectations: Mapp
                 ", ".join(expectations["alerts"]), alerted.get("deadline_s"))
         found.append({"step": "alerted", "what": "no alert fired for %s: %s" % (experiment, alerted.get("observed")),
                       "add": hint or "an alert rule on the metric that detected it"})
+    recovered = by_name.get("recovered", {})
+    if recovered.get("verdict") == "not_observable" and expectations.get("no_recovery"):
+        what = "nothing recovers from %s: %s" % (experiment, expectations["no_recovery"])
+        found.append({"step": "recovered", "what": what, "add": "a remediation plan for this fault"})
     for name, what in (("scheduler", "the scheduler did not fence the node"),
                        ("recovered", "the protected job did not resume from its checkpoint")):
         if by_name.get(name, {}).get("verdict") == "fail":

@@ -21,6 +21,13 @@ heals itself:
   and the next checkpoint step tries again. On SIGTERM it still exits 75, and
   the requeued run resumes from the last good checkpoint.
 
+It reports its progress to the node's health agent: when ``GPUFLEET_PROGRESS_FILE`` is set (the
+site's TaskProlog exports ``<progress dir>/<job id>.<rank>``) or ``--progress-file`` is given, it
+replaces that file with ``{"step": N}`` at most once per ``--progress-every`` seconds and removes it
+when it exits. A rank that stops (SIGSTOP, a stuck collective) stops touching it, and the agent calls
+the job stalled after its window (``--stall-after-seconds`` puts the job's own window in the file).
+A file that cannot be written never ends the job (``progress_failed`` names why, once).
+
 Drills use two knobs: ``--checkpoint-write-seconds`` makes each save slow (half
 the bytes, fsync, a pause, the rest), so a SIGKILL can land while a checkpoint
 is being written; ``--checkpoint-pad-bytes`` makes checkpoints as large as a
@@ -283,6 +290,46 @@ class StopRequest:
                     os.read(self._wakeup_read, 512)
 
 
+class Progress:
+    """The job's heartbeat file for the node's health agent (health/job_progress.py reads it)."""
+
+    def __init__(self, path: Optional[Path], every: float = 1.0, stall_after_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.every = every
+        self.stall_after_s = stall_after_s
+        self.clock = clock
+        self._last: Optional[float] = None
+        self._failed = False
+
+    def report(self, step: int, log: Logger, force: bool = False) -> None:
+        if self.path is None or self._failed:
+            return
+        now = self.clock()
+        if not force and self._last is not None and now - self._last < self.every:
+            return
+        document: dict = {"step": step}
+        if self.stall_after_s is not None:
+            document["stall_after_s"] = self.stall_after_s
+        # A hidden temporary name, which the agent ignores; the rename makes the new heartbeat whole.
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(document) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._failed = True
+            log.event("progress_failed", file=self.path, reason=errno_name(exc))
+            return
+        self._last = now
+
+    def close(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
 @dataclass(frozen=True)
 class RunConfig:
     checkpoint_dir: Path
@@ -293,6 +340,9 @@ class RunConfig:
     keep: int
     checkpoint_write_seconds: float = 0.0
     checkpoint_pad_bytes: int = 0
+    progress_file: Optional[Path] = None
+    progress_every: float = 1.0
+    stall_after_seconds: Optional[float] = None
 
 
 class _Quiet:
@@ -328,7 +378,8 @@ def save_checkpoint(config: RunConfig, current: TrainingState, log: Logger) -> O
     return path
 
 
-def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
+def train(config: RunConfig, stop: StopRequest, log: Logger, progress: Optional[Progress] = None) -> int:
+    progress = progress or Progress(None)
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     # A save killed mid-write leaves its hidden temporary file; it is never a checkpoint.
     for partial in partial_files(config.checkpoint_dir):
@@ -341,6 +392,7 @@ def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
     else:
         log.event("resume", step=current.step, source=source.name if source else "-", steps=config.steps)
         saved_name = source.name if source else "-"
+    progress.report(current.step, log, force=True)
     last_saved = current.step
     while current.step < config.steps:
         if stop.signal_name is not None:
@@ -363,12 +415,14 @@ def train(config: RunConfig, stop: StopRequest, log: Logger) -> int:
         began = time.monotonic()
         current = current.advance(config.hash_rounds)
         log.event("step", step=current.step, state=current.state[:16])
+        progress.report(current.step, log)
         if current.step % config.checkpoint_every == 0:
             path = save_checkpoint(config, current, log)
             if path is not None:
                 last_saved = current.step
                 saved_name = path.name
                 log.event("checkpoint", step=current.step, file=path.name)
+            progress.report(current.step, log, force=True)  # a slow save is not a stall once it ends
         remaining = config.step_seconds - (time.monotonic() - began)
         if remaining > 0:
             stop.pause(remaining)
@@ -432,6 +486,24 @@ def parse_args(argv: list[str]) -> RunConfig:
         default=0,
         help="padding added to every checkpoint, so a volume fills like it would with real ones (default 0)",
     )
+    parser.add_argument(
+        "--progress-file",
+        type=Path,
+        default=os.environ.get("GPUFLEET_PROGRESS_FILE") or None,
+        help="the heartbeat file the node's health agent reads (default: $GPUFLEET_PROGRESS_FILE; none: no report)",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=_non_negative_float,
+        default=1.0,
+        help="seconds between two reports at most (default 1)",
+    )
+    parser.add_argument(
+        "--stall-after-seconds",
+        type=_non_negative_float,
+        default=None,
+        help="the job's own stall window, written into the progress file (default: the agent's)",
+    )
     args = parser.parse_args(argv)
     return RunConfig(
         checkpoint_dir=args.checkpoint_dir,
@@ -442,6 +514,9 @@ def parse_args(argv: list[str]) -> RunConfig:
         keep=args.keep,
         checkpoint_write_seconds=args.checkpoint_write_seconds,
         checkpoint_pad_bytes=args.checkpoint_pad_bytes,
+        progress_file=Path(args.progress_file) if args.progress_file else None,
+        progress_every=args.progress_every,
+        stall_after_seconds=args.stall_after_seconds,
     )
 
 
@@ -450,13 +525,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     stop = StopRequest()
     stop.install()
     log = Logger()
+    progress = Progress(config.progress_file, config.progress_every, config.stall_after_seconds)
     try:
-        return train(config, stop, log)
+        return train(config, stop, log, progress)
     except OSError as exc:
         log.event("error", reason=str(exc).replace(" ", "_"))
         return EXIT_ERROR
     finally:
         stop.ignore_more()
+        progress.close()
 
 
 if __name__ == "__main__":

@@ -418,3 +418,33 @@ def test_bad_drill_knobs_are_usage_errors(tmp_path: Path, argv: list[str]) -> No
     result = run(tmp_path, *argv)
     assert result.returncode == 2
     assert "usage:" in result.stderr
+
+
+def test_progress_reaches_the_agents_reader_and_is_removed_at_exit(tmp_path: Path) -> None:
+    """train_sim's heartbeat file is the format health/job_progress reads: the two stay in step."""
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.health.job_progress import read_progress
+
+    progress_dir = tmp_path / "progress"
+    progress_dir.mkdir()
+    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", str(tmp_path / "ckpt"), "--hash-rounds", str(ROUNDS),
+            "--step-seconds", "0.01", "--steps", "100000", "--stall-after-seconds", "45"]
+    env = dict(os.environ, GPUFLEET_PROGRESS_FILE=str(progress_dir / "4242.0"))
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) as job:
+        deadline = time.monotonic() + 20
+        ranks: list = []
+        while time.monotonic() < deadline and not (ranks and ranks[0].step):
+            time.sleep(0.1)
+            ranks, _ignored = read_progress(str(progress_dir))
+        job.send_signal(signal.SIGTERM)
+        job.communicate(timeout=20)
+    assert [(r.job_id, r.rank, r.stall_after_s, r.error) for r in ranks] == [("4242", 0, 45.0, None)]
+    assert ranks[0].step > 0
+    assert job.returncode == train_sim.EXIT_REQUEUE
+    assert list(progress_dir.iterdir()) == []  # removed at exit, no temporary file left
+
+
+def test_a_progress_file_that_cannot_be_written_never_ends_the_job(tmp_path: Path) -> None:
+    result = run(tmp_path, "--steps", "20", "--progress-file", str(tmp_path / "missing" / "7.0"))
+    assert result.returncode == train_sim.EXIT_DONE, result.stderr
+    (failed,) = events(result.stdout, "progress_failed")
+    assert failed["reason"] == "ENOENT"

@@ -313,6 +313,29 @@ def test_observe_decides_each_step_by_its_deadline(monkeypatch):
     assert [e["name"] for e in seen["events"]] == ["inject", "detect", "quarantine"]
 
 
+def test_a_fault_nothing_recovers_from_reports_it_without_waiting_for_the_deadline(monkeypatch):
+    probes = FakeProbes({"fence_at": 1e9})
+    monkeypatch.setattr(observe, "detection_value", lambda url, det, n, params: 1.0 if probes.clock >= 2 else 0.0)
+    monkeypatch.setattr(observe, "first_above", lambda url, query, since, until, level, strict: 2.0)
+
+    def sleep(seconds):
+        probes.clock += seconds
+
+    expect = experiments.loop_expectations(experiments.get("job_hang"), {"job_id": "42"})
+    request = {"nodes": ["n1"], "experiment": "job_hang", "injected_at": 0.0, "poll_s": 1.0,
+               "protected_job": "42", "params": {"job_id": "42"},
+               "deadlines": {"detected": 10, "alerted": 10, "scheduler": 10, "recovered": 300},
+               "expectations": expect, "baseline": {"detection": {"n1": 0.0}}}
+    seen = observe.observe(request, probes, clock=lambda: probes.clock, sleep=sleep)
+    steps = {s["step"]: s for s in seen["steps"]}
+    assert {name: step["verdict"] for name, step in steps.items()} == {
+        "detected": "pass", "alerted": "fail", "scheduler": "skipped", "recovered": "not_observable"}
+    assert steps["recovered"]["expected"] == "job 42 makes progress again"
+    assert "JOB_HANG" in steps["recovered"]["observed"]
+    assert probes.clock <= 11  # ended at the alert's deadline, not at recovered's 300 s
+    assert [g["step"] for g in seen["gaps"]] == ["alerted", "recovered"]
+
+
 def test_a_watch_in_slices_says_where_it_is_and_ends_as_one_watch(monkeypatch):
     monkeypatch.setattr(observe, "first_above", lambda url, query, since, until, level, strict: 1.5)
     request = {"nodes": ["n1"], "experiment": "gpu_xid", "injected_at": 0.0, "poll_s": 1.0,

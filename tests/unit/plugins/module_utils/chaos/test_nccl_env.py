@@ -282,7 +282,7 @@ def test_env_output_keeps_only_nccl_variables() -> None:
 
 def test_the_task_prolog_passes_only_safe_nccl_exports(tmp_path) -> None:
     """The role's TaskProlog (rendered by hand: one variable) run by /bin/sh with no PATH, as slurmstepd runs it."""
-    template = (REPO / "roles" / "slurm" / "templates" / "nccl-task-prolog.j2").read_text()
+    template = (REPO / "roles" / "slurm" / "templates" / "task-prolog.j2").read_text()
     script = tmp_path / "prolog"
     script.write_text(template.replace("{{ slurm__nccl_dir }}", str(tmp_path / "nccl")))
     node = tmp_path / "nccl" / NODE
