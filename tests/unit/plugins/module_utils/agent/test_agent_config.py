@@ -18,6 +18,8 @@ def test_defaults_are_the_safe_ones():
     assert config.kubernetes.enabled is True and config.kubernetes.heartbeat == 60.0
     assert config.infiniband.enabled is True and config.infiniband.sysfs_root == "/sys"
     assert config.infiniband.thresholds.down_after_s == 10 and config.infiniband.thresholds.recover_after_s == 60
+    assert (config.jobs.enabled, config.jobs.progress_dir, config.jobs.stall_after_s) == (
+        True, "/run/gpufleet/progress", 600.0)
 
 
 @pytest.mark.parametrize("raw, field", [
@@ -52,6 +54,11 @@ def test_defaults_are_the_safe_ones():
     ({"node": "n", "infiniband": {"thresholds": {"flaps": 3}}}, "infiniband.thresholds.flaps"),
     ({"node": "n", "infiniband": {"thresholds": {"error_rate_per_min": {"crc": 1}}}},
      "infiniband.thresholds.error_rate_per_min.crc"),
+    ({"node": "n", "jobs": {"enabled": 1}}, "jobs.enabled"),
+    ({"node": "n", "jobs": {"progress_dir": ""}}, "jobs.progress_dir"),
+    ({"node": "n", "jobs": {"stall_after_s": 0}}, "jobs.stall_after_s"),
+    ({"node": "n", "jobs": {"stall_after_s": "600"}}, "jobs.stall_after_s"),
+    ({"node": "n", "jobs": {"window": 60}}, "jobs.window"),
 ])
 def test_bad_input_names_the_field(raw, field):
     with pytest.raises(FieldError) as caught:

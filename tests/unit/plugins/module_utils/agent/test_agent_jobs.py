@@ -78,3 +78,56 @@ def test_metrics(tmp_path):
     assert 'gpufleet_job_stalled{job_id="42"} 1.0' in text  # rank 1 silent for 40 s > 30 s
     assert 'gpufleet_job_stalled{job_id="43"} 1.0' in text
     assert "gpufleet_job_progress_files_ignored 1.0" in text
+
+
+class NoGpus:
+    """The NVML reader's interface with nothing on it: the jobs' watch needs no NVML."""
+
+    def open(self):
+        return self
+
+    def inventory(self):
+        return []
+
+    @staticmethod
+    def driver_version():
+        return "580.95.05"
+
+    def watch_xids(self):
+        return None
+
+    def snapshot(self, full=True):
+        return []
+
+    def close(self):
+        return None
+
+
+def test_the_agent_journals_a_stall_and_a_reload_changes_the_window_not_the_directory(tmp_path):
+    from dataclasses import replace
+
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.config import (
+        AgentConfig,
+        JobsConfig,
+        KernelLogConfig,
+        KubernetesConfig,
+    )
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.loop import Agent
+
+    progress = tmp_path / "progress"
+    config = AgentConfig(node="gpu-a-001", kernel_log=KernelLogConfig(source="none"),
+                         kubernetes=KubernetesConfig(enabled=False), journal=str(tmp_path / "events.jsonl"),
+                         jobs=JobsConfig(progress_dir=str(progress), stall_after_s=600))
+    reloaded = replace(config, jobs=JobsConfig(progress_dir=str(tmp_path / "elsewhere"), stall_after_s=5))
+    agent = Agent(config, reload=lambda: reloaded, reader_factory=lambda _path: NoGpus(), clock=lambda: T0,
+                  boot_id=lambda: "boot")
+    agent._prepare_jobs()
+    touch(progress, "7.0", T0 - 10, step=3)
+    agent._snapshot(0.0)
+    assert not (tmp_path / "events.jsonl").exists()  # 10 s is within the 600 s window
+    agent._handle(("reload",))
+    agent._snapshot(0.0)
+    (record,) = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert (record["event"], record["reason"], record["fault"]["job_id"]) == ("fault", "JobStalled", "7")
+    assert agent.jobs.progress_dir == str(progress) and agent.jobs.stall_after_s == 5
+    assert list(agent.metrics_view().jobs.stalled) == ["7"]
