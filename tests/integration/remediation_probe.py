@@ -228,7 +228,8 @@ class Fleet:
 
     # -- putting the lab back --------------------------------------------------------------------
     def heal(self, node: str) -> None:
-        """A node as before a test: GPUs healthy, agent history forgotten, uncordoned, Slurm IDLE."""
+        """A node as before a test: GPUs healthy, agent history forgotten, uncordoned, no remediation
+        record on it, Slurm IDLE."""
         if self.kube_node(node) is None:
             return
         AgentProbe(self.lab, node).reset()
@@ -236,8 +237,10 @@ class Fleet:
         # own tests): two ad-hoc ansible runs cost about 3 s per heal.
         api = self.lab.kube()
         quarantine_node(NodeWriter(api), node, "absent")
+        # The progress annotation too: a run a test left open (a refused claim) would show as under way.
         api.patch_node(
-            node, {"metadata": {"labels": {"gpufleet.io/remediation-hold": None, "gpufleet.io/remediation": None}}}
+            node, {"metadata": {"labels": {"gpufleet.io/remediation-hold": None, "gpufleet.io/remediation": None},
+                                "annotations": {"gpufleet.io/remediation": None}}}
         )
         apply_node_state(slurm_client({"slurm_conf": str(self.lab.slurm_conf)}), node, "resume", force=True)
 

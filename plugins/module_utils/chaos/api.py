@@ -236,10 +236,10 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     merged = dict(experiment.params)
     merged.update(experiments.check_params(experiment, params.get("params"), allowed_dirs))
     # The job a checkpoint kill kills, or a job hang stops, is the one the drill protects.
-    for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):
-        if knob in experiment.knobs and experiment.family in ("checkpoint", "job_hang") \
-                and params.get(option) and not merged.get(knob):
-            merged[knob] = params[option]
+    if experiment.name in ("checkpoint_kill", "job_hang"):
+        for knob, option in (("job_id", "protected_job"), ("output", "protected_output")):
+            if knob in experiment.knobs and params.get(option) and not merged.get(knob):
+                merged[knob] = params[option]
     rails = gate.Rails.from_dict(params.get("blast_radius"), params.get("max_duration"))
     deadlines = experiments.deadlines(params.get("deadlines"))
     allowed = check_node_names(list(params.get("allowed_nodes") or []), "allowed_nodes")

@@ -342,8 +342,8 @@ def test_a_stopped_rank_is_detected_and_alerted_and_moves_again_after_the_rollba
     agent; job_hang stops the rank (SIGSTOP through Slurm): the agent calls the job stalled after the
     job's own 3 s window, GpuJobStalled fires for that job and node, nothing recovers it (a finding);
     the rollback's SIGCONT makes it move again, and the Epilog removes the file when the job ends."""
-    job, node = drills.submit_train_sim(tmp_path / "job", extra=("--stall-after-seconds", "3",
-                                                                  "--progress-every", "0.5"))
+    beat = ("--stall-after-seconds", "3", "--progress-every", "0.5")
+    job, node = drills.submit_train_sim(tmp_path / "job", extra=beat)
     probe = AgentProbe(drills.lab, node)
     output = str(tmp_path / "job" / "train.out")
     try:

@@ -103,3 +103,22 @@ def test_the_loop_expects_detection_and_the_alert_and_reports_that_nothing_recov
     assert "JOB_HANG" in expect["no_recovery"]
     assert expect["detection"]["query"].format(node="gpu-a-001", job_id="42") == \
         'max(gpufleet_job_stalled{node="gpu-a-001",job_id="42"})'
+
+
+def test_the_gate_hands_the_protected_job_to_job_hang_and_checkpoint_kill_only(bare_metal):
+    from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api
+
+    gated = api.drill_gate(dict(bare_metal, experiment="job_hang", protected_job="42"), check_mode=True)
+    assert gated["drill"]["params"]["job_id"] == "42" and gated["drill"]["on_host"] is False
+    killed = api.drill_gate(dict(bare_metal, experiment="checkpoint_kill", protected_job="42",
+                                 protected_output="/tmp/out"), check_mode=True)
+    assert killed["drill"]["params"]["job_id"] == "42"
+    # checkpoint_storage takes a job only for mode slow: the protected job is not forced on a cut
+    # (this machine's /tmp may not be a volume of its own; that refusal is about the path, not the job).
+    try:
+        cut = api.drill_gate(dict(bare_metal, experiment="checkpoint_storage", protected_job="42",
+                                  params={"path": "/tmp", "mode": "cut"}, allowed_dirs=["/tmp"]), check_mode=True)
+    except FieldError as exc:
+        assert exc.field == "params.path", exc
+    else:
+        assert "job_id" not in cut["drill"]["params"]
