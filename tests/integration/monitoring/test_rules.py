@@ -106,9 +106,11 @@ def test_every_alert_is_labelled_and_documented(rule):
     # The receiver and a human both need the node in the text (a fleet-wide alert has none).
     names_node = "$labels.node" in annotations["summary"] and "$labels.node" in annotations["description"]
     assert fleet_wide(rule) or names_node
-    # Per-GPU alerts name the GPU; node-level ones list the node's GPUs (or IB ports) in the description.
+    # Per-GPU alerts name the GPU; node-level ones list the node's GPUs (or IB ports) in the description;
+    # a job's alert names the job.
     assert "$labels.gpu" in annotations["summary"] or "gpufleet_gpu_health" in annotations["description"] \
-        or "gpufleet_ib_port_" in annotations["description"] or rule["alert"].startswith("GpufleetAgent")
+        or "gpufleet_ib_port_" in annotations["description"] or rule["alert"].startswith("GpufleetAgent") \
+        or ("$labels.job_id" in annotations["summary"] and "$labels.job_id" in annotations["description"])
     anchor = annotations["runbook_url"].rsplit("#", 1)[1]
     assert anchor == rule["alert"].lower()
     headings = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
