@@ -107,9 +107,12 @@ def _read_one(directory: str, name: str, job_id: str, rank: int) -> Optional[Ran
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        raw = os.read(fd, MAX_READ)
-    except OSError as exc:
-        return RankProgress(job_id, rank, 0.0, error="unreadable: %s" % (exc.strerror or exc))
+        try:
+            raw = os.read(fd, MAX_READ)
+        except OSError as exc:  # the heartbeat (the file's time) still counts; only its content is lost
+            return RankProgress(job_id, rank, info.st_mtime, error="unreadable: %s" % (exc.strerror or exc))
+    except OSError:
+        return None
     finally:
         os.close(fd)
     step, window, error = parse_content(raw)
