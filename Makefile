@@ -88,11 +88,11 @@ sanity: venv link
 units: venv link
 	tools/ansible-test.sh units
 
-# pytest runs last so its summary line closes `make test`. It also runs ansible-test sanity and
-# the module units (tests/integration/test_ansible_test.py) and the molecule scenarios in the background
-# while the other tests run, each reported as a test of its own. PYTEST_WORKERS=2 runs two xdist
-# workers, each with a lab of its own (docs/testing.md, "Two workers": not yet reliable, so not the default).
-PYTEST_WORKERS ?= 0
+# pytest runs last so its summary line closes `make test`. Two xdist workers: one runs the unit tests
+# and then every test of the session lab (one lab), the other the molecule scenarios, ansible-test
+# sanity and units, ansible-lint and the integration tests that bring their own parts, each reported
+# as a test of its own (docs/testing.md, "Two workers"). PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
 pytest: venv link fake-nvml
 	pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 tests
 

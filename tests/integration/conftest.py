@@ -18,7 +18,6 @@ from lab_harness import (
     ENV_PORT_OFFSET,
     REPO,
     TEST_LAB_VARS,
-    WORKER_INDEX,
     Background,
     DownUp,
     Lab,
@@ -42,6 +41,8 @@ class _LabStart:
     down_up: Optional[DownUp] = None
     error: Optional[BaseException] = None
     claimed = False
+    # Under xdist: the node id of LAB_GROUP's first test, whose start brings the lab up.
+    xdist_start: Optional[set] = None
 
     @classmethod
     def start(cls, the_lab: Lab, down_up: bool = True) -> None:
@@ -84,16 +85,17 @@ def _session_lab() -> Lab:
     return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
 
 
-# Under pytest-xdist (`make test` runs two workers, each with a session lab of its own) a module is
-# one unit of work, so its module-scoped fixtures are set up once. The modules that share a lab other
-# than the session's run on one worker, as one unit: a session fixture is set up once per worker.
-SHARED_LAB_GROUPS = {"slurm_lab": "slurm-26.05-lab", "identity_lab": "identity-lab"}
-# The lab modules that took longest in CI go first, so that neither worker ends the run with one of
-# them while the other has nothing left (a scheduling hint: nothing depends on the order).
-SLOW_FIRST = ("chaos/test_drills.py", "remediation/test_remediation_loop.py", "lab/test_lab.py",
-              "remediation/test_self_healing_eda.py", "slinky/test_slinky_on_apiserver.py",
-              "remediation/test_node_replace.py", "monitoring/test_operator_objects.py",
-              "slinky/test_one_click_existing.py", "chaos/test_drill_schedule.py", "chaos/test_numa_chaos.py")
+# Under pytest-xdist (`make test` runs two workers) a module is one unit of work (--dist loadgroup),
+# so its module-scoped fixtures are set up once. The session lab is one, on one worker: every module
+# that uses it, with the modules that share a lab with them (the Slurm 26.05 lab: some modules use
+# both) and, ahead of them, the unit tests (which overlap the lab's bring-up there), is one unit,
+# LAB_GROUP. The other worker takes everything else: the background runs (a molecule scenario, an
+# ansible-test command) and the integration modules with parts of their own. Two labs, one per
+# worker, cost more CPU than they saved on two cores (docs/testing.md).
+LAB_GROUP = "session-lab"
+# A lab other than the session's that several modules share runs them as one unit too: a session
+# fixture is set up once per worker.
+SHARED_LAB_GROUPS = {"slurm_lab": LAB_GROUP, "identity_lab": "identity-lab"}
 
 
 def _runs_in_background(item: pytest.Item) -> bool:
@@ -104,26 +106,20 @@ def _uses_lab(module_items: List[pytest.Item]) -> bool:
     return any("lab" in getattr(item, "fixturenames", ()) for item in module_items)
 
 
-def _slowness(module_items: List[pytest.Item]) -> int:
-    module = module_items[0].nodeid.split("::", 1)[0]
-    ranks = [rank for rank, slow in enumerate(SLOW_FIRST) if module.endswith(slow)]
-    return ranks[0] if ranks else len(SLOW_FIRST)
+def _is_unit(module_items: List[pytest.Item]) -> bool:
+    return Path(str(module_items[0].path)).is_relative_to(REPO / "tests" / "unit")
 
 
-def _xdist_groups(module_items: List[pytest.Item]) -> None:
-    """Mark a module's tests with the xdist group they run in (--dist loadgroup): the shared lab's,
-    each run of a background module apart (a molecule scenario, an ansible-test command), or else
-    the module's."""
-    shared = [group for fixture, group in SHARED_LAB_GROUPS.items()
-              if any(fixture in getattr(item, "fixturenames", ()) for item in module_items)]
-    for item in module_items:
-        if shared:
-            name = shared[0]
-        elif _runs_in_background(item):
-            name = re.sub(r"\W+", "_", item.nodeid)
-        else:
-            name = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(name))
+def _xdist_group_of(module_items: List[pytest.Item], lab_in_session: bool) -> str:
+    """The xdist group a module's tests run in (--dist loadgroup): the session lab's (LAB_GROUP),
+    another shared lab's, or the module's own; each run of a background module is a group of its own
+    (the group name of those is given per item below)."""
+    if _uses_lab(module_items) or (lab_in_session and _is_unit(module_items)):
+        return LAB_GROUP
+    for fixture, group in SHARED_LAB_GROUPS.items():
+        if any(fixture in getattr(item, "fixturenames", ()) for item in module_items):
+            return group
+    return module_items[0].nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
@@ -136,26 +132,41 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     group is the collection order. ``pytest tests`` collects tests/integration before tests/unit,
     which put the lab's bring-up in front of the first lab test with nothing beside it.
 
-    Under xdist there is no background: each run of a background module is a test of its own, and
-    those (the longest of the tests that need no session lab) go first, then the rest that needs
-    none while the workers' labs come up, then the lab modules, the slowest first."""
+    Under xdist there is no background thread: each run of a background module is a test of its
+    own. The session lab's unit (LAB_GROUP: the unit tests, then the lab modules) goes first, so
+    that one worker takes it at once; the runs of the background modules (the longest of the rest)
+    next, then the rest, for the other worker."""
     xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-
-    def group(module_items: List[pytest.Item]) -> Tuple[int, int]:
-        if any(_runs_in_background(item) for item in module_items):
-            return (-1 if xdist else 2, 0)
-        if _uses_lab(module_items):
-            return (1, _slowness(module_items) if xdist else 0)
-        return (0, 0)
-
     by_module: Dict[Any, List[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(getattr(item, "module", None) or item.path, []).append(item)
-    ordered = sorted(by_module.values(), key=group)  # stable: collection order within a group
+    modules = list(by_module.values())
+    lab_in_session = any(_uses_lab(module_items) for module_items in modules)
+
+    def order(module_items: List[pytest.Item]) -> Tuple[int, int]:
+        if xdist:
+            if _xdist_group_of(module_items, lab_in_session) == LAB_GROUP:
+                return (0, 0 if _is_unit(module_items) else 1)
+            return (1 if any(_runs_in_background(item) for item in module_items) else 2, 0)
+        if any(_runs_in_background(item) for item in module_items):
+            return (2, 0)
+        return (1, 0) if _uses_lab(module_items) else (0, 0)
+
+    ordered = sorted(modules, key=order)  # stable: collection order within a group
     if xdist:
         for module_items in ordered:
-            _xdist_groups(module_items)
+            group = _xdist_group_of(module_items, lab_in_session)
+            for item in module_items:
+                name = re.sub(r"\W+", "_", item.nodeid) if _runs_in_background(item) else group
+                item.add_marker(pytest.mark.xdist_group(name))
     items[:] = [item for module_items in ordered for item in module_items]
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    """Under xdist, the worker given the session lab's unit starts the lab's bring-up with its first
+    test (a unit test): the unit tests run while the lab comes up."""
+    if _LabStart.thread is None and _LabStart.xdist_start and nodeid in _LabStart.xdist_start:
+        _LabStart.start(_session_lab())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -163,12 +174,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
     (test_ansible_test.py, test_molecule.py), in the order the session reaches them.
 
-    Under xdist each worker brings up its own lab (the first worker also takes it down and up once,
-    for test_lab.py, wherever that runs), and there is no background run: each is a test of its own."""
+    Under xdist the worker given the session lab's unit brings it up when that unit starts
+    (pytest_runtest_logstart), and there is no background run: each is a test of its own."""
     if session.config.option.collectonly or not session.items:
         return
-    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and _uses_lab(session.items):
-        _LabStart.start(_session_lab(), down_up=WORKER_INDEX == 0)
+    lab_items = [item for item in session.items if "lab" in getattr(item, "fixturenames", ())]
+    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and lab_items:
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            # Only the worker that is given LAB_GROUP (its first test is the group's first) brings it up.
+            first = next(item for item in session.items
+                         if any(mark.args == (LAB_GROUP,) for mark in item.iter_markers("xdist_group")))
+            _LabStart.xdist_start = {first.nodeid}
+        else:
+            _LabStart.start(_session_lab())
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     by_module = {}
