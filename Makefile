@@ -94,7 +94,7 @@ units: venv link
 # as a test of its own (docs/testing.md, "Two workers"). PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 pytest: venv link fake-nvml
-	pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 tests
+	pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30 tests
 
 test:
 	$(PARALLEL_SETUP) venv link debs fake-nvml lab-binaries quick-lint

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from lab_harness import (
     ENV_PORT_OFFSET,
     REPO,
     TEST_LAB_VARS,
+    XDIST_UNITS_FILE,
     Background,
     DownUp,
     Lab,
@@ -85,7 +85,7 @@ def _session_lab() -> Lab:
     return Lab(lab_dir=LAB_DIR, extra_vars=dict(TEST_LAB_VARS))
 
 
-# Under pytest-xdist (`make test` runs two workers) a module is one unit of work (--dist loadgroup),
+# Under pytest-xdist (`make test` runs two workers) a module is one unit of work (tests/conftest.py),
 # so its module-scoped fixtures are set up once. The session lab is one, on one worker: every module
 # that uses it, with the modules that share a lab with them (the Slurm 26.05 lab: some modules use
 # both) and, ahead of them, the unit tests (which overlap the lab's bring-up there), is one unit,
@@ -111,9 +111,8 @@ def _is_unit(module_items: List[pytest.Item]) -> bool:
 
 
 def _xdist_group_of(module_items: List[pytest.Item], lab_in_session: bool) -> str:
-    """The xdist group a module's tests run in (--dist loadgroup): the session lab's (LAB_GROUP),
-    another shared lab's, or the module's own; each run of a background module is a group of its own
-    (the group name of those is given per item below)."""
+    """The unit of work a module's tests are under xdist: the session lab's (LAB_GROUP), another
+    shared lab's, or the module's own (each run of a background module is a unit of its own)."""
     if _uses_lab(module_items) or (lab_in_session and _is_unit(module_items)):
         return LAB_GROUP
     for fixture, group in SHARED_LAB_GROUPS.items():
@@ -122,7 +121,11 @@ def _xdist_group_of(module_items: List[pytest.Item], lab_in_session: bool) -> st
     return module_items[0].nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+# Under xdist: the unit of work of each selected test (its nodeid -> group), which the controller's
+# scheduler reads (tests/conftest.py).
+_xdist_units: Dict[str, str] = {}
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: List[pytest.Item]) -> None:
     """Run what needs no session lab first (the unit tests and the integration modules that bring
     their own parts), so it overlaps the lab's bring-up instead of the first lab test waiting for
@@ -153,13 +156,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return (1, 0) if _uses_lab(module_items) else (0, 0)
 
     ordered = sorted(modules, key=order)  # stable: collection order within a group
+    items[:] = [item for module_items in ordered for item in module_items]
+    _xdist_units.clear()
     if xdist:
         for module_items in ordered:
             group = _xdist_group_of(module_items, lab_in_session)
             for item in module_items:
-                name = re.sub(r"\W+", "_", item.nodeid) if _runs_in_background(item) else group
-                item.add_marker(pytest.mark.xdist_group(name))
-    items[:] = [item for module_items in ordered for item in module_items]
+                _xdist_units[item.nodeid] = item.nodeid if _runs_in_background(item) else group
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
@@ -169,22 +172,27 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
         _LabStart.start(_session_lab())
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which tells the controller that collection is done
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the waiting-bound work now, to overlap the tests before it: the session lab (when a
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
     (test_ansible_test.py, test_molecule.py), in the order the session reaches them.
 
-    Under xdist the worker given the session lab's unit brings it up when that unit starts
-    (pytest_runtest_logstart), and there is no background run: each is a test of its own."""
+    Under xdist, the worker writes the unit of each test for the controller's scheduler; the worker
+    given the session lab's unit brings the lab up when that unit starts (pytest_runtest_logstart),
+    and there is no background run: each is a test of its own."""
+    units_file = os.environ.get(XDIST_UNITS_FILE)
+    if units_file and os.environ.get("PYTEST_XDIST_WORKER"):
+        mine = "%s.%s" % (units_file, os.environ["PYTEST_XDIST_WORKER"])
+        Path(mine).write_text(json.dumps(_xdist_units))
+        os.replace(mine, units_file)  # both workers collect the same tests: the last write is as good
     if session.config.option.collectonly or not session.items:
         return
     lab_items = [item for item in session.items if "lab" in getattr(item, "fixturenames", ())]
     if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and lab_items:
         if os.environ.get("PYTEST_XDIST_WORKER"):
-            # Only the worker that is given LAB_GROUP (its first test is the group's first) brings it up.
-            first = next(item for item in session.items
-                         if any(mark.args == (LAB_GROUP,) for mark in item.iter_markers("xdist_group")))
-            _LabStart.xdist_start = {first.nodeid}
+            # Only the worker given LAB_GROUP (the group's first test starts it) brings the lab up.
+            _LabStart.xdist_start = {next(nodeid for nodeid, unit in _xdist_units.items() if unit == LAB_GROUP)}
         else:
             _LabStart.start(_session_lab())
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -24,6 +24,9 @@ VENV_BIN = Path(sys.executable).parent
 # The pytest-xdist worker this process is (`make test` runs two): each has a session lab of its own.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 WORKER_INDEX = int(WORKER[2:]) if WORKER.startswith("gw") else 0
+# The environment variable naming the file where the workers write each test's unit of work for the
+# controller's scheduler (tests/conftest.py).
+XDIST_UNITS_FILE = "GPUFLEET_XDIST_UNITS_FILE"
 # Where each worker's ports go: below the ephemeral range (32768-) and apart from `make lab`
 # (12379, 16xxx-19xxx) and the molecule scenarios (22xxx-27xxx), the second worker's lab in 14xxx-15xxx.
 WORKER_PORT_SHIFTS = (0, -6000)
