@@ -42,10 +42,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler.loadscope import LoadScopeScheduling
 
     class UnitScheduling(LoadScopeScheduling):
-        """LoadScopeScheduling whose scope is the unit the workers named (else the module); units go
-        out in collection order, the session lab's first."""
+        """LoadScopeScheduling whose scope is the unit the workers named (else the module), in
+        collection order; a unit pinned to a worker (a session lab's) goes to that worker alone."""
 
         units: Optional[Dict[str, str]] = None
+        pins: Dict[str, str] = {}
 
         def _split_scope(self, nodeid: str) -> str:
             if self.units is None:
@@ -53,7 +54,35 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 if not path.exists():
                     raise RuntimeError("the workers wrote no units of work to %s (tests/integration/conftest.py)"
                                        % path)
-                self.units = json.loads(path.read_text())
+                written = json.loads(path.read_text())
+                self.units, self.pins = written["units"], written["pins"]
             return self.units.get(nodeid) or nodeid.split("::", 1)[0]
+
+        def _next_for(self, node: Any) -> Optional[str]:
+            workers = {each.gateway.id for each in self.nodes}
+            for scope in self.workqueue:
+                pin = self.pins.get(scope)
+                # A pin to a worker that is gone (a crash) holds no more.
+                if pin is None or pin == node.gateway.id or pin not in workers:
+                    return scope
+            return None
+
+        def _assign_work_unit(self, node: Any) -> None:
+            scope = self._next_for(node)
+            if scope is None:
+                return
+            # The base class hands out the first unit of the queue: put this one first.
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if self._next_for(node) is None:
+                node.shutdown()  # it finishes what it has, then stops
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign_work_unit(node)
 
     return UnitScheduling(config, log)

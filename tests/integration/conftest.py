@@ -17,6 +17,7 @@ from lab_harness import (
     ENV_PORT_OFFSET,
     REPO,
     TEST_LAB_VARS,
+    WORKER_INDEX,
     XDIST_UNITS_FILE,
     Background,
     DownUp,
@@ -41,8 +42,6 @@ class _LabStart:
     down_up: Optional[DownUp] = None
     error: Optional[BaseException] = None
     claimed = False
-    # Under xdist: the node id of LAB_GROUP's first test, whose start brings the lab up.
-    xdist_start: Optional[set] = None
 
     @classmethod
     def start(cls, the_lab: Lab, down_up: bool = True) -> None:
@@ -86,16 +85,21 @@ def _session_lab() -> Lab:
 
 
 # Under pytest-xdist (`make test` runs two workers) a module is one unit of work (tests/conftest.py),
-# so its module-scoped fixtures are set up once. The session lab is one, on one worker: every module
-# that uses it, with the modules that share a lab with them (the Slurm 26.05 lab: some modules use
-# both) and, ahead of them, the unit tests (which overlap the lab's bring-up there), is one unit,
-# LAB_GROUP. The other worker takes everything else: the background runs (a molecule scenario, an
-# ansible-test command) and the integration modules with parts of their own. Two labs, one per
-# worker, cost more CPU than they saved on two cores (docs/testing.md).
-LAB_GROUP = "session-lab"
-# A lab other than the session's that several modules share runs them as one unit too: a session
-# fixture is set up once per worker.
-SHARED_LAB_GROUPS = {"slurm_lab": LAB_GROUP, "identity_lab": "identity-lab"}
+# so its module-scoped fixtures are set up once. Each worker has a session lab of its own (the second's
+# in a `-gw1` directory, on ports 6000 lower: lab_harness.WORKER_PORT_SHIFTS), and the modules of each
+# lab are one unit, pinned to its worker: the first worker's (LAB_UNITS[0]) starts with the unit tests,
+# which overlap the lab's bring-up, and takes its lab down and up once (test_lab.py's check); the
+# second worker's lab gets SECOND_LAB_MODULES, and that worker also takes everything else: the
+# background runs (a molecule scenario, an ansible-test command, each a unit) and the integration
+# modules with parts of their own. With one worker, one lab has them all.
+LAB_UNITS = ("session-lab", "session-lab-gw1")
+# The lab modules of the second worker's lab: its share of CI's time (docs/testing.md, "Two workers").
+# The modules of the Slurm 26.05 lab (one per run) go with them: some use both labs.
+SECOND_LAB_MODULES = ("slinky/test_one_click_existing.py", "monitoring/test_operator_objects.py",
+                      "chaos/test_numa_chaos.py")
+# A lab other than the session's that several modules share makes them one unit: a session fixture is
+# set up once per worker (the Slurm 26.05 lab's is the second session lab's, above).
+SHARED_LAB_UNITS = {"identity_lab": "identity-lab"}
 
 
 def _runs_in_background(item: pytest.Item) -> bool:
@@ -110,15 +114,23 @@ def _is_unit(module_items: List[pytest.Item]) -> bool:
     return Path(str(module_items[0].path)).is_relative_to(REPO / "tests" / "unit")
 
 
-def _xdist_group_of(module_items: List[pytest.Item], lab_in_session: bool) -> str:
-    """The unit of work a module's tests are under xdist: the session lab's (LAB_GROUP), another
+def _uses(fixture: str, module_items: List[pytest.Item]) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in module_items)
+
+
+def _xdist_unit_of(module_items: List[pytest.Item], lab_in_session: bool, two_labs: bool) -> str:
+    """The unit of work a module's tests are under xdist: a session lab's (LAB_UNITS), another
     shared lab's, or the module's own (each run of a background module is a unit of its own)."""
-    if _uses_lab(module_items) or (lab_in_session and _is_unit(module_items)):
-        return LAB_GROUP
-    for fixture, group in SHARED_LAB_GROUPS.items():
-        if any(fixture in getattr(item, "fixturenames", ()) for item in module_items):
-            return group
-    return module_items[0].nodeid.split("::", 1)[0]
+    module = module_items[0].nodeid.split("::", 1)[0]
+    if two_labs and (_uses("slurm_lab", module_items) or
+                     (_uses_lab(module_items) and module.endswith(SECOND_LAB_MODULES))):
+        return LAB_UNITS[1]
+    if _uses_lab(module_items) or _uses("slurm_lab", module_items) or (lab_in_session and _is_unit(module_items)):
+        return LAB_UNITS[0]
+    for fixture, unit in SHARED_LAB_UNITS.items():
+        if _uses(fixture, module_items):
+            return unit
+    return module
 
 
 # Under xdist: the unit of work of each selected test (its nodeid -> group), which the controller's
@@ -136,10 +148,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     which put the lab's bring-up in front of the first lab test with nothing beside it.
 
     Under xdist there is no background thread: each run of a background module is a test of its
-    own. The session lab's unit (LAB_GROUP: the unit tests, then the lab modules) goes first, so
-    that one worker takes it at once; the runs of the background modules (the longest of the rest)
-    next, then the rest, for the other worker."""
+    own. The first lab's unit (the unit tests, then its lab modules) goes first; then the runs of the
+    background modules (the longest of the rest), the second lab's unit, and the rest."""
     xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    two_labs = xdist and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 2
     by_module: Dict[Any, List[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(getattr(item, "module", None) or item.path, []).append(item)
@@ -148,9 +160,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     def order(module_items: List[pytest.Item]) -> Tuple[int, int]:
         if xdist:
-            if _xdist_group_of(module_items, lab_in_session) == LAB_GROUP:
+            unit = _xdist_unit_of(module_items, lab_in_session, two_labs)
+            if unit == LAB_UNITS[0]:
                 return (0, 0 if _is_unit(module_items) else 1)
-            return (1 if any(_runs_in_background(item) for item in module_items) else 2, 0)
+            if any(_runs_in_background(item) for item in module_items):
+                return (1, 0)
+            return (2, 0) if unit == LAB_UNITS[1] else (3, 0)
         if any(_runs_in_background(item) for item in module_items):
             return (2, 0)
         return (1, 0) if _uses_lab(module_items) else (0, 0)
@@ -160,16 +175,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     _xdist_units.clear()
     if xdist:
         for module_items in ordered:
-            group = _xdist_group_of(module_items, lab_in_session)
+            unit = _xdist_unit_of(module_items, lab_in_session, two_labs)
             for item in module_items:
-                _xdist_units[item.nodeid] = item.nodeid if _runs_in_background(item) else group
-
-
-def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    """Under xdist, the worker given the session lab's unit starts the lab's bring-up with its first
-    test (a unit test): the unit tests run while the lab comes up."""
-    if _LabStart.thread is None and _LabStart.xdist_start and nodeid in _LabStart.xdist_start:
-        _LabStart.start(_session_lab())
+                _xdist_units[item.nodeid] = item.nodeid if _runs_in_background(item) else unit
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which tells the controller that collection is done
@@ -178,25 +186,29 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     selected test uses it) and the runs of every module with a ``start_in_background(items)``
     (test_ansible_test.py, test_molecule.py), in the order the session reaches them.
 
-    Under xdist, the worker writes the unit of each test for the controller's scheduler; the worker
-    given the session lab's unit brings the lab up when that unit starts (pytest_runtest_logstart),
-    and there is no background run: each is a test of its own."""
+    Under xdist, the worker writes the unit of each test for the controller's scheduler, and brings
+    its own lab up when its lab's unit uses it; there is no background run: each is a test of its
+    own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     units_file = os.environ.get(XDIST_UNITS_FILE)
-    if units_file and os.environ.get("PYTEST_XDIST_WORKER"):
-        mine = "%s.%s" % (units_file, os.environ["PYTEST_XDIST_WORKER"])
-        Path(mine).write_text(json.dumps(_xdist_units))
+    if units_file and worker:
+        mine = "%s.%s" % (units_file, worker)
+        # Each lab's unit runs on the worker whose lab it is.
+        pins = {unit: "gw%d" % index for index, unit in enumerate(LAB_UNITS)}
+        Path(mine).write_text(json.dumps({"units": _xdist_units, "pins": pins}))
         os.replace(mine, units_file)  # both workers collect the same tests: the last write is as good
-    if session.config.option.collectonly or not session.items:
+    if session.config.option.collectonly or getattr(session.config.option, "setupplan", False) or not session.items:
+        return  # nothing runs: no lab
+    if worker:
+        # This worker's lab, when its unit has a test that uses it; only the first takes it down and up.
+        mine = LAB_UNITS[WORKER_INDEX] if len(LAB_UNITS) > WORKER_INDEX else None
+        uses_lab = any(_xdist_units.get(item.nodeid) == mine and "lab" in getattr(item, "fixturenames", ())
+                       for item in session.items)
+        if uses_lab and os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1":
+            _LabStart.start(_session_lab(), down_up=WORKER_INDEX == 0)
         return
-    lab_items = [item for item in session.items if "lab" in getattr(item, "fixturenames", ())]
-    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and lab_items:
-        if os.environ.get("PYTEST_XDIST_WORKER"):
-            # Only the worker given LAB_GROUP (the group's first test starts it) brings the lab up.
-            _LabStart.xdist_start = {next(nodeid for nodeid, unit in _xdist_units.items() if unit == LAB_GROUP)}
-        else:
-            _LabStart.start(_session_lab())
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return
+    if os.environ.get("GPUFLEET_TEST_LAB_KEEP") != "1" and _uses_lab(session.items):
+        _LabStart.start(_session_lab())
     by_module = {}
     for item in session.items:
         if _runs_in_background(item):
@@ -305,9 +317,9 @@ def lab() -> Lab:
 # slurmrestd, beside the test lab: its own directory and ports (slurmctld 30817, slurmrestd 30820,
 # slurmd 31001-, all shifted by GPUFLEET_TEST_LAB_PORT_OFFSET). It comes up the first time a test asks
 # for it and goes down at the end of the session. One per run, not per worker: the modules that use
-# it run on one worker (SHARED_LAB_GROUPS), and its root is built once into the shared cache. The
-# Slurm client tests run on it and on the test lab's 22.05; the remediation's REST test reaches it
-# through slurmrestd alone.
+# it run on one worker (the second session lab's unit, _xdist_unit_of), and its root is built once
+# into the shared cache. The Slurm client tests run on it and on the test lab's 22.05; the
+# remediation's REST test reaches it through slurmrestd alone.
 HERE = Path(__file__).resolve().parent
 SLURM_LAB_DIR = Path(os.environ.get("GPUFLEET_TEST_SLURM_LAB_DIR", "/var/tmp/gpufleet-pytest-slurm"))
 SLURM_LAB_VARS: Dict[str, Any] = {
