@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import threading
+import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -30,6 +33,37 @@ def pytest_configure(config: pytest.Config) -> None:
         os.close(handle)
         os.unlink(path)  # written by the workers when their collection is done
         os.environ[UNITS_FILE] = path
+
+
+# Wall time per test module (setup, call and teardown of its tests), summed where the reports arrive
+# (the controller, under xdist): CI's time budget is spent by modules, and --durations shows tests.
+_module_seconds: Dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # A thread that is not a daemon keeps the interpreter from exiting after the summary line (the
+    # atexit join of a ThreadPoolExecutor's workers, for one): CI's clock runs on, pytest's does not.
+    lingering = [thread for thread in threading.enumerate()
+                 if thread is not threading.main_thread() and not thread.daemon and thread.is_alive()]
+    if lingering:
+        terminalreporter.write_sep("=", "threads the interpreter will wait for at exit")
+        frames = sys._current_frames()
+        for thread in lingering:
+            frame = frames.get(thread.ident)
+            stack = traceback.extract_stack(frame)[-4:] if frame else []
+            where = " < ".join("%s:%d %s" % (Path(f.filename).name, f.lineno, f.name) for f in reversed(stack))
+            terminalreporter.write_line("%s: %s" % (thread.name, where or "?"))
+    slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
+    if not slowest or slowest[0][1] < 10:
+        return
+    terminalreporter.write_sep("=", "slowest test modules (setup + call + teardown)")
+    for module, seconds in slowest:
+        terminalreporter.write_line("%8.1fs %s" % (seconds, module))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -51,10 +85,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if self.units is None:
                 path = Path(os.environ[UNITS_FILE])
-                if not path.exists():
-                    raise RuntimeError("the workers wrote no units of work to %s (tests/integration/conftest.py)"
-                                       % path)
-                written = json.loads(path.read_text())
+                # Written by tests/integration/conftest.py before the workers report their collection
+                # done; a session without it (ansible-test's units run of tests/unit/plugins/modules)
+                # has a unit per module.
+                written = json.loads(path.read_text()) if path.exists() else {"units": {}, "pins": {}}
                 self.units, self.pins = written["units"], written["pins"]
             return self.units.get(nodeid) or nodeid.split("::", 1)[0]
 

@@ -6,9 +6,7 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
-import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -225,37 +223,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     global _starter
     _starter = threading.Thread(target=start_runs, name="gpufleet-background-start", daemon=True)
     _starter.start()
-
-
-# Wall time per test module (setup, call and teardown of its tests): CI's time budget is spent by
-# modules, and --durations shows single tests only.
-_module_seconds: Dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    module = report.nodeid.split("::", 1)[0]
-    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    # A thread that is not a daemon keeps the interpreter from exiting after the summary line (the
-    # atexit join of a ThreadPoolExecutor's workers, for one): CI's clock runs on, pytest's does not.
-    lingering = [thread for thread in threading.enumerate()
-                 if thread is not threading.main_thread() and not thread.daemon and thread.is_alive()]
-    if lingering:
-        terminalreporter.write_sep("=", "threads the interpreter will wait for at exit")
-        frames = sys._current_frames()
-        for thread in lingering:
-            frame = frames.get(thread.ident)
-            stack = traceback.extract_stack(frame)[-4:] if frame else []
-            where = " < ".join("%s:%d %s" % (Path(f.filename).name, f.lineno, f.name) for f in reversed(stack))
-            terminalreporter.write_line("%s: %s" % (thread.name, where or "?"))
-    slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
-    if not slowest or slowest[0][1] < 10:
-        return
-    terminalreporter.write_sep("=", "slowest integration modules (setup + call + teardown)")
-    for module, seconds in slowest:
-        terminalreporter.write_line("%8.1fs %s" % (seconds, module))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
