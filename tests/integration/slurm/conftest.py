@@ -8,8 +8,10 @@ from slurm_clusters import VERSIONS, SlurmCluster
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
-def cluster(request, lab) -> SlurmCluster:
-    """The cluster of each version in turn (the tests of one version run together)."""
+def cluster(request, lab, slurm_lab) -> SlurmCluster:
+    """The cluster of each version in turn (the tests of one version run together). Both labs are
+    named here, not looked up: under xdist a module's unit of work follows the labs its fixtures
+    name (tests/integration/conftest.py), and the 26.05 lab is one per run."""
     if request.param == "22.05":
         return SlurmCluster(lab=lab, version="22.05")
-    return SlurmCluster(lab=request.getfixturevalue("slurm_lab"), version=request.param)
+    return SlurmCluster(lab=slurm_lab, version=request.param)
