@@ -88,10 +88,11 @@ sanity: venv link
 units: venv link
 	tools/ansible-test.sh units
 
-# pytest runs last so its summary line closes `make test`. Two xdist workers: one runs the unit tests
-# and then every test of the session lab (one lab), the other the molecule scenarios, ansible-test
-# sanity and units, ansible-lint and the integration tests that bring their own parts, each reported
-# as a test of its own (docs/testing.md, "Two workers"). PYTEST_WORKERS=0 runs them in one process.
+# pytest runs last so its summary line closes `make test`. Two xdist workers, each with a session lab:
+# the first runs the unit tests and then most lab tests; the second the molecule scenarios,
+# ansible-test sanity and units and ansible-lint (each reported as a test of its own), its lab's share
+# of the lab tests and the tests that bring their own parts (docs/testing.md, "Two workers").
+# PYTEST_WORKERS=0 runs them all in one process, on one lab.
 PYTEST_WORKERS ?= 2
 pytest: venv link fake-nvml
 	pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30 tests

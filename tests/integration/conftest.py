@@ -104,16 +104,16 @@ def _runs_in_background(item: pytest.Item) -> bool:
     return callable(getattr(getattr(item, "module", None), "start_in_background", None))
 
 
+def _uses(fixture: str, module_items: List[pytest.Item]) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in module_items)
+
+
 def _uses_lab(module_items: List[pytest.Item]) -> bool:
-    return any("lab" in getattr(item, "fixturenames", ()) for item in module_items)
+    return _uses("lab", module_items)
 
 
 def _is_unit(module_items: List[pytest.Item]) -> bool:
     return Path(str(module_items[0].path)).is_relative_to(REPO / "tests" / "unit")
-
-
-def _uses(fixture: str, module_items: List[pytest.Item]) -> bool:
-    return any(fixture in getattr(item, "fixturenames", ()) for item in module_items)
 
 
 def _xdist_unit_of(module_items: List[pytest.Item], lab_in_session: bool, two_labs: bool) -> str:
@@ -155,10 +155,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         by_module.setdefault(getattr(item, "module", None) or item.path, []).append(item)
     modules = list(by_module.values())
     lab_in_session = any(_uses_lab(module_items) for module_items in modules)
+    unit_of = {id(module_items): _xdist_unit_of(module_items, lab_in_session, two_labs) for module_items in modules}
 
     def order(module_items: List[pytest.Item]) -> Tuple[int, int]:
         if xdist:
-            unit = _xdist_unit_of(module_items, lab_in_session, two_labs)
+            unit = unit_of[id(module_items)]
             if unit == LAB_UNITS[0]:
                 return (0, 0 if _is_unit(module_items) else 1)
             if any(_runs_in_background(item) for item in module_items):
@@ -173,9 +174,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     _xdist_units.clear()
     if xdist:
         for module_items in ordered:
-            unit = _xdist_unit_of(module_items, lab_in_session, two_labs)
             for item in module_items:
-                _xdist_units[item.nodeid] = item.nodeid if _runs_in_background(item) else unit
+                _xdist_units[item.nodeid] = item.nodeid if _runs_in_background(item) else unit_of[id(module_items)]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which tells the controller that collection is done
