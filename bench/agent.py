@@ -7,11 +7,16 @@
         fault injected -> agent event, p50/p99, for NVML events and for kernel-log lines: one agent
         process on a fake 8-GPU node (Kubernetes off). "detected" is the agent's own stamp of the
         event; "journaled" is when the bench saw the JSON line in the journal file.
-    .venv/bin/python bench/agent.py p5 [--seconds 300]
+    .venv/bin/python bench/agent.py p5 [--seconds 300] [--hcas 8] [--job-ranks 8] [--before DIR]
         one agent, 8 GPUs, 1 Hz snapshots, idle fleet: CPU % of one core and RSS over the run.
         The fake NVML library runs inside the agent process, so its file reads count as agent CPU
         (a real driver answers through ioctls instead). Two phases of that length: unscraped, then
-        scraped once a second with Prometheus's Accept and Accept-Encoding headers.
+        scraped once a second with Prometheus's Accept and Accept-Encoding headers. With --hcas or
+        --job-ranks, a second agent runs beside the first over the same phases: its node has that
+        many InfiniBand HCAs (one port each, in a fake sysfs tree) and a job of that many ranks whose
+        progress files the bench touches once a second, so the two figures differ only by what the
+        agent reads of the network and the jobs. With --before DIR (a checkout, e.g. `git worktree add
+        /tmp/before <ref>`), a third agent like the second runs that checkout's code beside them.
     .venv/bin/python bench/agent.py exposition [--rounds 200]
         one scrape's CPU for 8 GPUs, side by side in one process: prometheus-client's own server
         (OpenMetrics and gzip, what Prometheus asks for) against the agent's Exposition.
@@ -44,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "collections"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state, fake_ib
 
 CACHE = Path(os.environ.get("GPUFLEET_CACHE_DIR") or Path.home() / ".cache" / "gpufleet")
 FAKE_LIB = CACHE / "fake-nvml" / "libnvidia-ml.so.1"
@@ -68,25 +73,42 @@ def summary(name: str, seconds: List[float]) -> str:
 class LocalAgent:
     """One agent process on a fresh fake node in a temporary directory."""
 
-    def __init__(self, port: int, interval: float = 1.0) -> None:
+    def __init__(self, port: int, interval: float = 1.0, hcas: int = 0, job_ranks: int = 0,
+                 repo: Path = REPO) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="gpufleet-bench-agent-"))
         self.gpus = self.dir / "gpus"
         self.kmsg = self.dir / "kmsg.log"
         self.journal = self.dir / "events.jsonl"
+        self.progress = self.dir / "progress"
         fake_gpu_state.init(str(self.gpus), GPUS, "bench-node", "NVIDIA-H100-80GB-HBM3")
         self.kmsg.write_text("")
+        # Always the agent's own directories, never the machine's /sys or /run: with none asked for,
+        # the tree has no HCA and the directory no job.
+        (self.dir / "sys" / "class").mkdir(parents=True)
+        if hcas:
+            fake_ib.create_tree(str(self.dir / "sys"), ["mlx5_%d" % index for index in range(hcas)])
+        self.progress_files = [self.progress / ("4242.%d" % rank) for rank in range(job_ranks)]
         config = self.dir / "agent.yml"
         config.write_text(json.dumps({
             "node": "bench-node", "interval": interval, "nvml": {"library_path": str(FAKE_LIB)},
             "kernel_log": {"source": "file", "path": str(self.kmsg)}, "metrics": {"port": port},
             "kubernetes": {"enabled": False}, "journal": str(self.journal), "log_level": "warning",
+            "infiniband": {"sysfs_root": str(self.dir / "sys")}, "jobs": {"progress_dir": str(self.progress)},
         }))
-        env = dict(os.environ, GPUFLEET_FAKE_NVML_DIR=str(self.gpus), PYTHONPATH=str(REPO / "collections"))
+        env = dict(os.environ, GPUFLEET_FAKE_NVML_DIR=str(self.gpus), PYTHONPATH=str(repo / "collections"))
         self.log = open(self.dir / "agent.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, "--config", str(config)], env=env,
                                         stdout=self.log, stderr=subprocess.STDOUT)
         self.port = port
         self._wait_ready()
+        self.step = 0
+        self.touch_progress()
+
+    def touch_progress(self) -> None:
+        """What each rank of a training job does as it works (train_sim writes the same)."""
+        self.step += 1
+        for path in self.progress_files:
+            path.write_text(json.dumps({"step": self.step}))
 
     def _wait_ready(self) -> None:
         import urllib.request
@@ -177,35 +199,48 @@ PROMETHEUS_HEADERS = {
 }
 
 
-def agent_share(agent: LocalAgent, seconds: int, scrape: bool) -> tuple:
-    """CPU % of one core and peak RSS of the agent over ``seconds``, scraped once a second or not."""
-    pid = agent.process.pid
-    cpu0, wall0 = cpu_seconds(pid), time.monotonic()
-    peak = 0.0
-    while time.monotonic() - wall0 < seconds:
-        if scrape:
-            request = urllib.request.Request("http://127.0.0.1:%d/metrics" % agent.port, headers=PROMETHEUS_HEADERS)
-            with urllib.request.urlopen(request, timeout=5) as answer:
-                answer.read()
-            time.sleep(1.0)
-        else:
-            time.sleep(min(5.0, seconds))
-        peak = max(peak, rss_mib(pid))
-    cpu1, wall1 = cpu_seconds(pid), time.monotonic()
-    return 100.0 * (cpu1 - cpu0) / (wall1 - wall0), peak
+def agents_share(agents: List[LocalAgent], seconds: int, scrape: bool) -> List[tuple]:
+    """CPU % of one core and peak RSS of each agent over the same ``seconds``, scraped once a second
+    or not. The job's progress files are touched once a second either way (by the bench, whose CPU
+    is not counted)."""
+    start = [(cpu_seconds(agent.process.pid), time.monotonic()) for agent in agents]
+    peaks = [0.0] * len(agents)
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        for index, agent in enumerate(agents):
+            agent.touch_progress()
+            if scrape:
+                request = urllib.request.Request("http://127.0.0.1:%d/metrics" % agent.port, headers=PROMETHEUS_HEADERS)
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    answer.read()
+            peaks[index] = max(peaks[index], rss_mib(agent.process.pid))
+        time.sleep(1.0)
+    results = []
+    for (cpu0, wall0), agent, peak in zip(start, agents, peaks, strict=True):
+        results.append((100.0 * (cpu_seconds(agent.process.pid) - cpu0) / (time.monotonic() - wall0), peak))
+    return results
 
 
-def bench_p5(seconds: int) -> None:
-    agent = LocalAgent(port=18951)
+def bench_p5(seconds: int, hcas: int, job_ranks: int, before: Optional[Path]) -> None:
+    agents = [LocalAgent(port=18951)]
+    names = ["GPUs only", "%d HCAs, a job of %d ranks" % (hcas, job_ranks), "the same, --before"]
     try:
+        if hcas or job_ranks:
+            agents.append(LocalAgent(port=18952, hcas=hcas, job_ranks=job_ranks))
+            if before is not None:
+                agents.append(LocalAgent(port=18953, hcas=hcas, job_ranks=job_ranks, repo=before.resolve()))
         time.sleep(3)  # start-up (imports, NVML open) is not steady state
-        idle, idle_peak = agent_share(agent, seconds, scrape=False)
-        scraped, scraped_peak = agent_share(agent, seconds, scrape=True)
-        print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s each: CPU %.2f %% of one core unscraped, %.2f %% "
-              "scraped every second as Prometheus does; RSS peak %.1f / %.1f MiB"
-              % (GPUS, seconds, idle, scraped, idle_peak, scraped_peak))
+        idle = agents_share(agents, seconds, scrape=False)
+        scraped = agents_share(agents, seconds, scrape=True)
+        print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s each phase, %s" % (
+            GPUS, seconds, "%d agents side by side" % len(agents) if len(agents) > 1 else "one agent"))
+        for name, (idle_cpu, idle_peak), (scraped_cpu, scraped_peak) in zip(names[:len(agents)], idle, scraped,
+                                                                            strict=True):
+            print("  %-28s CPU %.3f %% of one core unscraped, %.3f %% scraped every second as Prometheus does; "
+                  "RSS peak %.1f / %.1f MiB" % (name, idle_cpu, scraped_cpu, idle_peak, scraped_peak))
     finally:
-        agent.stop()
+        for agent in agents:
+            agent.stop()
 
 
 def bench_exposition(rounds: int) -> None:
@@ -262,6 +297,9 @@ def main() -> int:
     p1.add_argument("--faults", type=int, default=100)
     p5 = commands.add_parser("p5")
     p5.add_argument("--seconds", type=int, default=300, help="for each phase: unscraped, then scraped")
+    p5.add_argument("--hcas", type=int, default=0, help="a second agent beside the first, with this many HCAs")
+    p5.add_argument("--job-ranks", type=int, default=0, help="and a running job of this many ranks")
+    p5.add_argument("--before", type=Path, help="a checkout whose agent runs beside, like the second")
     exposition = commands.add_parser("exposition")
     exposition.add_argument("--rounds", type=int, default=200)
     lab = commands.add_parser("lab")
@@ -275,7 +313,7 @@ def main() -> int:
     if args.command == "p1":
         bench_p1(args.faults)
     elif args.command == "p5":
-        bench_p5(args.seconds)
+        bench_p5(args.seconds, args.hcas, args.job_ranks, args.before)
     elif args.command == "exposition":
         bench_exposition(args.rounds)
     else:

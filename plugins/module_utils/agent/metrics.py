@@ -117,8 +117,7 @@ def families(view: MetricsView) -> Iterator:
         xids.add_metric(["" if index < 0 else str(index), uuid, str(xid), action], count)
     yield xids
     yield from _snapshot_families(view.snapshots, view.uuids)
-    if view.network is not None:
-        yield from _network_families(view.network)
+    # The network's families: Exposition adds them from its cache.
     if view.jobs is not None:
         yield from _job_families(view.jobs)
 
@@ -255,25 +254,42 @@ def _text(produce: Callable[[], Iterable]) -> bytes:
     return generate_latest(registry)
 
 
+class _CachedText:
+    """A part of the scrape's text, rendered again only when its key changed."""
+
+    def __init__(self) -> None:
+        self._key: Any = None
+        self._text = b""
+
+    def text(self, key: Any, produce: Callable[[], Iterable]) -> bytes:
+        if self._key is None or key != self._key:
+            self._text = _text(produce)
+            self._key = key
+        return self._text
+
+
 class Exposition:
     """The scrape's text (Prometheus text format 0.0.4) of the view ``view()`` returns: every
-    family rendered by prometheus-client, the NVLink ones kept until their links change."""
+    family rendered by prometheus-client. The NVLink and the InfiniBand families are kept until
+    their readings change: the slow fields are read every 30th snapshot and a port's counters every
+    10 s (``agent.network.FULL_EVERY_S``), and Prometheus may scrape every second."""
 
     def __init__(self, view: Callable[[], MetricsView]) -> None:
         self.view = view
         self._lock = threading.Lock()
-        self._nvlink_key: Optional[Tuple] = None
-        self._nvlink_text = b""
+        self._nvlink = _CachedText()
+        self._network = _CachedText()
 
     def render(self) -> bytes:
         current = self.view()
-        key = _nvlink_key(current.snapshots, current.uuids)
+        network = current.network
         with self._lock:  # scrapes may come in parallel; each sees a whole text
-            if key != self._nvlink_key:
-                self._nvlink_text = _text(lambda: _nvlink_families(current.snapshots, current.uuids))
-                self._nvlink_key = key
-            links = self._nvlink_text
-        return _text(lambda: families(current)) + links
+            links = self._nvlink.text(_nvlink_key(current.snapshots, current.uuids),
+                                      lambda: _nvlink_families(current.snapshots, current.uuids))
+            # Ports compare by value (a light reading carries the same IbPort objects).
+            ports = b"" if network is None else self._network.text(
+                (network.verdict, list(network.ports)), lambda: _network_families(network))
+        return _text(lambda: families(current)) + ports + links
 
     def app(self, environ: Dict[str, Any], start_response: Callable) -> List[bytes]:
         """A WSGI app: the text on GET /metrics (and /), 404 elsewhere."""

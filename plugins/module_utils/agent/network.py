@@ -40,6 +40,13 @@ HEALTHY_REASON = "IbPortsHealthy"
 REASONS = {"missing": "IbPortMissing", "down": "IbPortDown", "flapping": "IbLinkFlapping",
            "errors_rising": "IbErrorsRising", "unreadable": "IbPortUnreadable"}
 SOURCE = "sysfs"
+# A port is read in full (its rate, link layer and 7 counters: 11 files) at most this often while
+# every port is up and nothing is found; in between only its two state files are read, and a state
+# that changed reads the port in full at once. The counters' rates are judged per minute over 5
+# minutes, and a flap too short for the state files to show is in link_downed at the next full
+# reading. While a port is down or a finding active, every reading is full. 8 HCAs: 88 files a second
+# before, about 25 now (docs/benchmarks.md, P5).
+FULL_EVERY_S = 10.0
 
 
 @dataclass
@@ -64,17 +71,25 @@ class NetworkWatch:
         self.findings: List[IbFinding] = []
         self.seen_ports = False
         self.view = NetworkView()
+        self._carry: Dict[str, IbPort] = {}
+        self._full_at: Optional[float] = None
 
     def reconfigure(self, thresholds: IbThresholds) -> None:
         """New thresholds (SIGHUP); the ports' history is kept."""
         self.watch.reconfigure(thresholds)
 
     def tick(self, now: float) -> List[Dict[str, Any]]:
-        """Read the ports and judge them; the journal records of the findings that began or ended.
+        """Read the ports (in full or light, ``FULL_EVERY_S``) and judge them; the journal records of
+        the findings that began or ended.
 
         A ``class/infiniband`` that exists but cannot be listed raises ``HealthError``: the loop
         counts it as an error and keeps the last judgement."""
-        ports = read_ports(self.sysfs_root)
+        full = (self._full_at is None or not 0 <= now - self._full_at < FULL_EVERY_S or bool(self.findings)
+                or any(not port.up or port.error for port in self.view.ports))
+        ports = read_ports(self.sysfs_root, None if full else self._carry)
+        if full:
+            self._full_at = now
+        self._carry = {port.name: port for port in ports}
         self.seen_ports = self.seen_ports or bool(ports)
         findings = self.watch.observe(ports, now)
         verdict, _reason = ib_verdict(findings)

@@ -14,9 +14,13 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics 
     render,
     serve,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import NetworkWatch
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import IbThresholds
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import GpuSnapshot, NvLinkStatus
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_ib
 
 UUID = "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"
+T0 = 1_800_000_000.0
 
 
 def samples(view):
@@ -102,21 +106,41 @@ def test_the_nvlink_text_is_rendered_again_only_when_a_link_changes():
     current = [eight_gpus()]
     exposition = Exposition(lambda: current[0])
     first = exposition.render()
-    kept = exposition._nvlink_text
+    kept = exposition._nvlink._text
     current[0] = eight_gpus()  # a new snapshot with the same links (equal, not the same objects)
     current[0].loop_lag = 0.25
     second = exposition.render()
-    assert exposition._nvlink_text is kept  # not rendered again
+    assert exposition._nvlink._text is kept  # not rendered again
     assert b"gpufleet_agent_loop_lag_seconds 0.25" in second and second != first
     current[0] = eight_gpus(g3=links(errors=12))
     third = exposition.render()
-    assert exposition._nvlink_text is not kept
+    assert exposition._nvlink._text is not kept
     found = {(s.name, tuple(sorted(s.labels.items()))): s.value
              for f in text_string_to_metric_families(third.decode()) for s in f.samples}
     assert found[("gpufleet_gpu_nvlink_errors_total",
                   (("gpu", "3"), ("kind", "crc_flit"), ("link", "17"), ("uuid", "GPU-3")))] == 12
     current[0] = eight_gpus(g5=links(active=False))
     assert b'gpufleet_gpu_nvlink_active{gpu="5",link="0",uuid="GPU-5"} 0.0' in exposition.render()
+
+
+def test_the_infiniband_text_is_rendered_again_only_when_a_port_changes(tmp_path):
+    root = str(tmp_path)
+    fake_ib.create_tree(root, ["mlx5_0", "mlx5_1"])
+    network = NetworkWatch("gpu-a-001", root, IbThresholds())
+    network.tick(T0)
+    exposition = Exposition(lambda: view(network=network.view))
+    exposition.render()
+    kept = exposition._network._text
+    fake_ib.bump_counter(root, "mlx5_1", 1, "symbol_error", 9)
+    network.tick(T0 + 1)  # light: the states only, so the same ports
+    exposition.render()
+    assert exposition._network._text is kept
+    network.tick(T0 + 60)  # full: the counter changed
+    text = exposition.render()
+    assert exposition._network._text is not kept
+    assert samples_of(text)[("gpufleet_ib_port_symbol_error_total",
+                             (("hca", "mlx5_1"), ("link_layer", "InfiniBand"), ("port", "1")))] == 9
+    assert samples_of(text) == samples_of(Exposition(lambda: view(network=network.view)).render())
 
 
 def test_the_cached_text_is_what_a_whole_render_gives():

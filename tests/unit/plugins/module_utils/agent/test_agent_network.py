@@ -6,7 +6,11 @@ and the metrics, with the judge's sticky and recovery windows."""
 from __future__ import annotations
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.metrics import MetricsView, render
-from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import CONDITION_TYPE, NetworkWatch
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import (
+    CONDITION_TYPE,
+    FULL_EVERY_S,
+    NetworkWatch,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import IbThresholds
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_ib
 
@@ -78,3 +82,42 @@ def test_metrics_show_the_ports_and_the_verdict(tmp_path):
     assert 'gpufleet_ib_port_rate_gbps{hca="mlx5_1",link_layer="InfiniBand",port="1"} 400.0' in text
     off = render(MetricsView(node="gpu-a-001", version="t", driver_version="", kernel_log_source="none", up=True))
     assert "gpufleet_ib_" not in off
+
+
+def counter(network, name, port=0):
+    return network.view.ports[port].counters[name]
+
+
+def test_counters_are_read_every_full_every_s_and_at_once_when_a_state_changes(tmp_path):
+    root, network = watch(tmp_path, down_after_s=30)
+    network.tick(T0)
+    fake_ib.bump_counter(root, "mlx5_0", 1, "symbol_error", 4)
+    network.tick(T0 + 1)
+    assert counter(network, "symbol_error") == 0  # a light reading: the states only
+    network.tick(T0 + FULL_EVERY_S)
+    assert counter(network, "symbol_error") == 4
+    fake_ib.bump_counter(root, "mlx5_0", 1, "symbol_error", 3)
+    fake_ib.set_port(root, "mlx5_0", 1, state="DOWN", phys_state="Polling")
+    network.tick(T0 + FULL_EVERY_S + 1)
+    assert counter(network, "symbol_error") == 7 and network.view.ports[0].state == "DOWN"
+    # While a port is down every reading is full, before any finding (down_after_s is 30 here).
+    fake_ib.bump_counter(root, "mlx5_0", 1, "symbol_error", 1)
+    network.tick(T0 + FULL_EVERY_S + 2)
+    assert counter(network, "symbol_error") == 8 and network.findings == []
+
+
+def test_flaps_between_state_readings_are_found_at_the_next_full_reading(tmp_path):
+    root, network = watch(tmp_path, flap_count=3, flap_window_s=300)
+    network.tick(T0)
+    fake_ib.flap(root, "mlx5_1", 1, times=3)  # up again before the next reading: link_downed shows it
+    assert network.tick(T0 + 1) == []
+    records = network.tick(T0 + FULL_EVERY_S)
+    assert [(r["event"], r["reason"], r["fault"]["hca"]) for r in records] == [("fault", "IbLinkFlapping", "mlx5_1")]
+
+
+def test_a_clock_that_went_back_reads_in_full(tmp_path):
+    root, network = watch(tmp_path)
+    network.tick(T0)
+    fake_ib.bump_counter(root, "mlx5_0", 1, "port_rcv_errors", 2)
+    network.tick(T0 - 3600)
+    assert counter(network, "port_rcv_errors") == 2

@@ -38,6 +38,34 @@ def test_a_node_without_infiniband_has_no_port(tmp_path: Path) -> None:
     assert ib.read_ports(str(tmp_path)) == []
 
 
+def test_a_light_reading_carries_a_port_whose_states_did_not_change(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    fake_ib.create_tree(root, ["mlx5_0", "mlx5_1"])
+    first = {p.name: p for p in ib.read_ports(root)}
+    fake_ib.bump_counter(root, "mlx5_0", 1, "symbol_error", 5)
+    light = ib.read_ports(root, carry=first)
+    assert light[0] is first["mlx5_0/1"] and light[0].counters["symbol_error"] == 0  # carried, not read
+    assert ib.read_ports(root)[0].counters["symbol_error"] == 5  # a full reading sees it
+    # A state that changed reads that port in full at once; the other port stays carried.
+    fake_ib.set_port(root, "mlx5_0", 1, state="DOWN", phys_state="Polling")
+    changed, same = ib.read_ports(root, carry=first)
+    assert (changed.state, changed.phys_state, changed.counters["symbol_error"]) == ("DOWN", "Polling", 5)
+    assert same is first["mlx5_1/1"]
+
+
+def test_a_light_reading_reads_in_full_a_port_that_was_unreadable_or_is_new(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    fake_ib.create_tree(root, ["mlx5_0"])
+    broken = ib.IbPort(hca="mlx5_0", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp", phys_state_code=5,
+                       error="rate: cannot read")
+    fake_ib.bump_counter(root, "mlx5_0", 1, "link_downed", 2)
+    (again,) = ib.read_ports(root, carry={"mlx5_0/1": broken})
+    assert again.error is None and again.counters["link_downed"] == 2
+    fake_ib.create_tree(root, ["mlx5_1"])
+    ports = ib.read_ports(root, carry={"mlx5_0/1": again})
+    assert ports[0] is again and ports[1].counters == dict.fromkeys(ib.COUNTERS, 0)
+
+
 def test_reads_a_fake_tree_sorted_by_hca_then_port_number(tmp_path: Path) -> None:
     fake_ib.create_tree(str(tmp_path), {"mlx5_1": 1, "mlx5_0": 11})
     fake_ib.bump_counter(str(tmp_path), "mlx5_0", 2, "symbol_error", 7)
