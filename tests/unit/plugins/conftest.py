@@ -1,6 +1,13 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""A hung server for the timeout tests: it accepts every TCP connection and never writes a byte.
+"""Fixtures of the plugin unit tests.
+
+``child_env``: the environment for a test's ``python -m ansible_collections...`` child process, with
+the collection's root on PYTHONPATH. Under ansible-test the parent finds ``ansible_collections``
+through Ansible's collection loader, which a child does not have.
+
+``hung_server``: a hung server for the timeout tests: it accepts every TCP connection and never
+writes a byte.
 
 ``hung_server`` also warms the ``kubernetes`` client once per session (one call to a closed port,
 refused at once): in a fresh virtual environment (ansible-test units) the first use of CoreV1Api
@@ -10,9 +17,11 @@ timeout the tests measure."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
-from typing import Iterator, List
+from pathlib import Path
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -78,3 +87,12 @@ def hung_server(warm_kubernetes_client) -> Iterator[HungServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def child_env() -> Dict[str, str]:
+    from ansible_collections.gpufleet import resilience
+
+    # <root>/ansible_collections/gpufleet/resilience: the root is what a child's sys.path needs.
+    root = str(Path(next(iter(resilience.__path__))).parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))

@@ -120,7 +120,7 @@ def test_a_kubeconfig_the_agent_cannot_use_is_refused_at_load(tmp_path):
         load_config(str(path))
 
 
-def test_check_config_prints_the_infiniband_settings(tmp_path):
+def test_check_config_prints_the_infiniband_settings(tmp_path, child_env):
     """The role validates every lab agent's file with --check-config, which prints it as JSON."""
     import json
     import subprocess
@@ -130,7 +130,8 @@ def test_check_config_prints_the_infiniband_settings(tmp_path):
     path.write_text("node: gpu-a-001\ninfiniband:\n  sysfs_root: /var/tmp/lab/gpus/gpu-a-001/sys\n"
                     "  thresholds: {ignore: [mlx5_3, mlx5_2/1], error_rate_per_min: {symbol_error: 5}}\n")
     done = subprocess.run([sys.executable, "-m", "ansible_collections.gpufleet.resilience.plugins.module_utils.agent",
-                           "--check-config", "--config", str(path)], capture_output=True, text=True, check=False)
+                           "--check-config", "--config", str(path)], capture_output=True, text=True, check=False,
+                          env=child_env)
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)["infiniband"]
     assert printed["sysfs_root"] == "/var/tmp/lab/gpus/gpu-a-001/sys"

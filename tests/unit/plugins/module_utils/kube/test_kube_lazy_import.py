@@ -11,16 +11,16 @@ import textwrap
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import lazy_import
 
 
-def run_fresh(code: str) -> dict:
+def run_fresh(code: str, env: dict) -> dict:
     """``code`` in a new interpreter (this one has imported kubernetes already); its last line of
     output, as JSON."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=300, check=False, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_used_names_load_alone_and_equal_the_eager_ones():
+def test_used_names_load_alone_and_equal_the_eager_ones(child_env):
     found = run_fresh("""
         import json, sys
         from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import lazy_import
@@ -47,14 +47,14 @@ def test_used_names_load_alone_and_equal_the_eager_ones():
             "exception_same": client.ApiException is ApiException,
             "config": callable(config.new_client_from_config),
         }))
-    """)
+    """, child_env)
     eager = run_fresh("""
         import json
         from kubernetes import client
         print(json.dumps({name: "%s.%s" % (getattr(client, name).__module__, getattr(client, name).__name__)
                           for name in ("CoreV1Api", "CustomObjectsApi", "V1Eviction", "V1DeleteOptions", "ApiClient",
                                        "Configuration", "ApiException")}))
-    """)
+    """, child_env)
     assert found["installed"] is True
     assert found["classes"] == eager
     assert found["exception_same"] and found["config"]
@@ -64,7 +64,7 @@ def test_used_names_load_alone_and_equal_the_eager_ones():
     assert found["version"].split(".")[0].isdigit()
 
 
-def test_every_name_of_the_client_package_resolves():
+def test_every_name_of_the_client_package_resolves(child_env):
     found = run_fresh("""
         import json, os
         from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import lazy_import
@@ -75,7 +75,7 @@ def test_every_name_of_the_client_package_resolves():
         missing = [name for name in names if getattr(client, name, None) is None]
         models = lazy_import._names(os.path.join(kubernetes.__path__[0], "client", "models", "__init__.py"))
         print(json.dumps({"names": len(names), "models": len(models), "missing": missing}))
-    """)
+    """, child_env)
     assert found["names"] > 500 and found["models"] > 500 and found["missing"] == []
 
 

@@ -64,33 +64,33 @@ def test_bad_settings_name_the_field(raw, field):
     assert caught.value.field == field
 
 
-def test_check_config_exits_2_naming_the_field_and_0_when_good(tmp_path):
+def test_check_config_exits_2_naming_the_field_and_0_when_good(tmp_path, child_env):
     module = "ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.first_responder"
     path = tmp_path / "first-responder.json"
     path.write_text(json.dumps({"start": dict(START, lease="soon")}))
     bad = subprocess.run([sys.executable, "-m", module, "--check-config", "--config", str(path)],
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False, env=child_env)
     assert bad.returncode == 2 and "lease" in bad.stderr
     path.write_text(json.dumps({"start": dict(START, alertmanager_url="http://user:secret@127.0.0.1:9093")}))
     good = subprocess.run([sys.executable, "-m", module, "--check-config", "--config", str(path)],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=child_env)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["verdicts"] == ["fatal"]
     assert "secret" not in good.stdout
 
 
-def test_require_kubeconfig_refuses_a_missing_file_naming_it(tmp_path):
+def test_require_kubeconfig_refuses_a_missing_file_naming_it(tmp_path, child_env):
     """The lab's check: a first responder without its kubeconfig could only retry its watch forever."""
     module = "ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.first_responder"
     path = tmp_path / "first-responder.json"
     missing = tmp_path / "kube" / "remediation.kubeconfig"
     path.write_text(json.dumps({"start": dict(START, kubeconfig=str(missing))}))
     command = [sys.executable, "-m", module, "--check-config", "--require-kubeconfig", "--config", str(path)]
-    refused = subprocess.run(command, capture_output=True, text=True, check=False)
+    refused = subprocess.run(command, capture_output=True, text=True, check=False, env=child_env)
     assert refused.returncode == 2 and "start.kubeconfig" in refused.stderr and str(missing) in refused.stderr
     missing.parent.mkdir()
     missing.write_text("apiVersion: v1\nkind: Config\n")
-    accepted = subprocess.run(command, capture_output=True, text=True, check=False)
+    accepted = subprocess.run(command, capture_output=True, text=True, check=False, env=child_env)
     assert accepted.returncode == 0, accepted.stderr
 
 

@@ -67,15 +67,3 @@ def test_bad_arguments_are_named(kwargs, field):
     with pytest.raises(FieldError) as raised:
         scale_in(NODES, **kwargs)
     assert raised.value.field == field
-
-
-def test_the_filter_names_the_bad_argument_for_ansible():
-    from ansible.errors import AnsibleFilterError
-
-    from ansible_collections.gpufleet.resilience.plugins.filter.slinky_scale_in import slinky_scale_in
-
-    with pytest.raises(AnsibleFilterError, match=r"^count: is required"):
-        slinky_scale_in(NODES, "gpu-b")
-    with pytest.raises(AnsibleFilterError, match="slurm_node_info's nodes"):
-        slinky_scale_in({"nodes": NODES}, "gpu-b", remove=True)
-    assert slinky_scale_in(NODES, "gpu-b", count="10")["leaving"] == ["gpu-b-10"]
