@@ -65,6 +65,13 @@ class FakeAgent:
         self.remapped = Gauge("gpufleet_gpu_remapped_rows", "", [*gpu_labels, "kind"], registry=registry)
         self.nvlink = Counter("gpufleet_gpu_nvlink_errors_total", "", [*gpu_labels, "link", "kind"], registry=registry)
         self.throttle = Gauge("gpufleet_gpu_throttle_reasons", "", [*gpu_labels, "reason"], registry=registry)
+        port_labels = ["hca", "port", "link_layer"]
+        self.ib_up = Gauge("gpufleet_ib_port_up", "", port_labels, registry=registry)
+        self.ib_state = Gauge("gpufleet_ib_port_state", "", port_labels, registry=registry)
+        self.ib_downed = Counter("gpufleet_ib_port_link_downed_total", "", port_labels, registry=registry)
+        self.job_stamp = Gauge("gpufleet_job_progress_timestamp_seconds", "", ["job_id", "rank"], registry=registry)
+        self.job_window = Gauge("gpufleet_job_stall_window_seconds", "", ["job_id"], registry=registry)
+        self.job_stalled = Gauge("gpufleet_job_stalled", "", ["job_id"], registry=registry)
         self.fatal_gpu = fatal_gpu
         self.up.set(1)
         self.lag.set(0.002)
@@ -89,6 +96,15 @@ class FakeAgent:
                     self.nvlink.labels(*ids, str(link), kind)
             for reason in ("gpu_idle", "sw_power_cap", "hw_thermal_slowdown"):
                 self.throttle.labels(*ids, reason).set(1 if reason == "sw_power_cap" else 0)
+        # The fatal node's second port is down and its job (7) stalled: rank 1 silent for 900 s.
+        for hca in ("mlx5_0", "mlx5_1"):
+            down = fatal_gpu is not None and hca == "mlx5_1"
+            self.ib_up.labels(hca, "1", "InfiniBand").set(0 if down else 1)
+            self.ib_state.labels(hca, "1", "InfiniBand").set(1 if down else 4)
+        job = "7" if fatal_gpu is not None else "6"
+        self.job_window.labels(job).set(600)
+        self.job_stalled.labels(job).set(1 if fatal_gpu is not None else 0)
+        self.job_stamp.labels(job, "1").set(time.time() - (900 if fatal_gpu is not None else 0))
         self.errors.labels("nvml")
         self.tick()
 
@@ -100,6 +116,9 @@ class FakeAgent:
         self.errors.labels("kernel_log").inc()
         if self.fatal_gpu is not None:
             self.xids.labels(str(self.fatal_gpu), "GPU-%08d" % self.fatal_gpu, "79", "RESTART_BM").inc()
+            self.ib_downed.labels("mlx5_0", "1", "InfiniBand").inc()  # a port that flaps
+        else:
+            self.job_stamp.labels("6", "1").set(time.time())  # a job making progress
 
 
 @pytest.fixture(scope="module")
@@ -195,10 +214,13 @@ def test_every_query_uses_only_known_variables():
 
 def test_every_metric_the_dashboard_reads_is_in_the_agent_contract():
     # The agent's metrics, and the remediations' audit log exporter's (docs/monitoring.md).
-    documented = {name for doc in (AGENT_DOC, REPO / "docs" / "monitoring.md")
-                  for name in re.findall(r"^\| `(gpufleet_[a-z_]+)`", doc.read_text(), re.M)}
+    # A documented name may stand for several: `gpufleet_ib_port_<counter>_total`.
+    documented = [re.compile(re.sub(r"<[a-z_]+>", "[a-z_]+", name) + "$")
+                  for doc in (AGENT_DOC, REPO / "docs" / "monitoring.md")
+                  for name in re.findall(r"^\| `(gpufleet_[a-z_<>]+)`", doc.read_text(), re.M)]
     used = {name for pq in panel_queries() for name in metric_names(pq.expr)}
-    assert used <= documented, used - documented
+    undocumented = {name for name in used if not any(pattern.match(name) for pattern in documented)}
+    assert not undocumented, undocumented
 
 
 def test_every_query_runs_without_error(prometheus):
@@ -237,6 +259,13 @@ def test_panels_show_the_fleet_that_was_served(prometheus):
     assert value("GPU temperature", node="gpu-a-001", gpu="2") == 42
     assert value("GPU power", node="gpu-a-002", gpu="1") == 310
     assert value("Firing GPU alerts") >= 1
+    assert value("IB ports not up") == 1
+    assert value("IB ports not up, by port", node="gpu-a-002", hca="mlx5_1", port="1") == 1  # its state code: DOWN
+    assert value("Stalled jobs") == 1
+    assert value("Stalled jobs, by node", node="gpu-a-002", job_id="7") == 600  # its window
+    assert value("IB link flaps and port errors (per minute)", node="gpu-a-002", hca="mlx5_0") > 0
+    assert value("Job heartbeat age", node="gpu-a-002", job_id="7") >= 900
+    assert value("Job heartbeat age", node="gpu-a-001", job_id="6") < 60
 
 
 def test_the_node_filter_narrows_the_panels(prometheus):
