@@ -19,17 +19,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     brakes,
-    burn,
-    checkpoint,
     experiments,
     gate,
-    gpu_fault,
-    ib_fault,
-    job_hang,
     ledger,
-    nccl_env,
-    network,
-    numa,
     observe,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
@@ -57,11 +49,41 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_job_ids
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import AnySlurmClient
 
-FAMILIES = {"gpu_fault": gpu_fault, "burn": burn, "checkpoint": checkpoint, "nccl_env": nccl_env,
-            "network": network, "numa": numa, "ib_fault": ib_fault, "job_hang": job_hang}
 POOL_LABEL = "gpufleet.io/pool"
 # DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
 REINJECT_EVERY_S = 30.0
+
+
+# -- families ----------------------------------------------------------------------------------
+def family_module(name: str) -> Any:
+    """The module of the family ``name`` (plan, inject, revert), imported now; None for a name no
+    family has.
+
+    A family is imported when a drill uses it. Each chaos module run compiles what it imports from
+    the AnsiballZ zip, which holds no bytecode: the eight families and what they pull in (the XID
+    catalog, the lab's process and GPU-reset code) cost about 0.1 s of CPU per run, and most runs
+    (the gate, the ledger, the checks) need none. The imports are static, one per family, because
+    Ansible's module packer finds imports inside functions (never importlib's): every family still
+    travels with the module."""
+    if name == "gpu_fault":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import gpu_fault as family
+    elif name == "burn":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import burn as family
+    elif name == "checkpoint":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import checkpoint as family
+    elif name == "nccl_env":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import nccl_env as family
+    elif name == "network":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import network as family
+    elif name == "numa":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import numa as family
+    elif name == "ib_fault":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import ib_fault as family
+    elif name == "job_hang":
+        from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import job_hang as family
+    else:
+        return None
+    return family
 
 
 class DrillRefused(GpufleetError):
@@ -267,7 +289,7 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     if refusals:
         raise DrillRefused(refusals)
     drill_id = "d-%s-%s" % (time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)), secrets.token_hex(2))
-    family = FAMILIES[experiment.family]
+    family = family_module(experiment.family)
     plans = []
     for node in targets:
         spec = _spec({"experiment": experiment.name, "params": merged, "backend": params.get("backend")},
@@ -418,7 +440,7 @@ def drill_check(params: Mapping[str, Any], now: Optional[float] = None,
 # -- inject and roll back ------------------------------------------------------------------------
 def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = None) -> Dict[str, Any]:
     drill = check_drill(params["drill"], "id", "experiment", "family", "targets", "duration")
-    if drill["family"] not in FAMILIES:
+    if family_module(drill["family"]) is None:
         raise FieldError("drill.family", "unknown family %r" % (drill["family"],))
     started = time.time() if now is None else now
     # The expiry the watchdog acts on: a NaN one never comes, so the fault would never be rolled back.
@@ -429,7 +451,7 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
         check_node_name(node, "drill.targets")
     store = ledger_store(params)
     ctx = from_params(params, check_mode)
-    family = FAMILIES[drill["family"]]
+    family = family_module(drill["family"])
     experiment = experiments.get(drill["experiment"])
     nodes = list(drill["targets"])
     if params.get("nodes"):
@@ -485,7 +507,7 @@ def _fault_row(entry: Mapping[str, Any], **outcome: Any) -> Dict[str, Any]:
 
 def revert_entry(store: Any, entry: Mapping[str, Any], ctx: FaultContext, how: str) -> Dict[str, Any]:
     """Revert one ledger entry. A failure stays in the ledger (rollback_failed), for the next try."""
-    family = FAMILIES.get(entry.get("family") or "")
+    family = family_module(entry.get("family") or "")
     undo = dict(entry.get("spec") or {})
     undo.update(entry.get("undo") or {})
     if not revert_here(entry):
@@ -620,7 +642,7 @@ def watch_expiry(store: Any, ctx: FaultContext, drill_id: Optional[str], wait: b
 def reinject_expiring(entry: Mapping[str, Any], last: Dict[str, float], now: float,
                       every_s: float = REINJECT_EVERY_S) -> None:
     """DCGM forgets injected values after a while: inject them again while the fault is active."""
-    family = FAMILIES.get(entry.get("family") or "")
+    family = family_module(entry.get("family") or "")
     reinject = getattr(family, "reinject", None)
     if reinject is None or entry.get("state") != "active":
         return

@@ -117,7 +117,8 @@ def test_file_store_updates_atomically(tmp_path):
 def test_every_experiment_names_a_family_and_its_loop():
     for name in experiments.names():
         experiment = experiments.get(name)
-        assert experiment.family in api.FAMILIES, name
+        family = api.family_module(experiment.family)
+        assert all(callable(getattr(family, step, None)) for step in ("plan", "inject", "revert")), name
         expect = experiments.loop_expectations(experiment, dict(experiment.params))
         # A fault no alert rule covers must say what to add: that is the drill's gap finding.
         assert expect["alerts"] or expect["missing_alert_hint"], name
@@ -444,3 +445,26 @@ def test_two_drills_gated_at_the_same_moment_are_serialised(tmp_path, monkeypatc
         api.drill_gate(dict(params, target="n1"), False)
     assert caught.value.field == "blast_radius.max_nodes" and "already under chaos" in str(caught.value)
     assert list(ledger.drills(ledger.FileStore(params["ledger_file"]).read()[0])) == [first["drill"]["id"]]
+
+
+def test_the_api_imports_no_family_until_a_drill_uses_one(child_env):
+    """Each chaos module run compiles its imports from the AnsiballZ zip: the gate, the ledger and the
+    checks must not pay for the eight families."""
+    import json
+    import subprocess
+    import sys
+
+    prefix = "ansible_collections.gpufleet.resilience.plugins.module_utils.chaos."
+    code = ("import json, sys\n"
+            "from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api\n"
+            "before = sorted(m for m in sys.modules if m.startswith(%r))\n"
+            "api.family_module('ib_fault')\n"
+            "after = sorted(m for m in sys.modules if m.startswith(%r))\n"
+            "print(json.dumps([before, after]))\n" % (prefix, prefix))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=child_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = json.loads(done.stdout)
+    families = {prefix + experiments.get(name).family for name in experiments.names()}
+    assert not families & set(before), sorted(families & set(before))
+    assert families & set(after) == {prefix + "ib_fault"}
+    assert api.family_module("no_such_family") is None

@@ -44,8 +44,8 @@ def site(tmp_path, monkeypatch):
     fault) and cpu_saturation (a Slurm job: an API fault), and a settable host name."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     family = FileFamily(str(tmp_path))
-    monkeypatch.setitem(api.FAMILIES, "network", family)
-    monkeypatch.setitem(api.FAMILIES, "numa", family)
+    real = api.family_module
+    monkeypatch.setattr(api, "family_module", lambda name: family if name in ("network", "numa") else real(name))
     host = {"name": "ctl01", "fqdn": "ctl01.example.com"}
     monkeypatch.setattr(api.socket, "gethostname", lambda: host["name"])
     monkeypatch.setattr(api.socket, "getfqdn", lambda *a: host["fqdn"])

@@ -68,7 +68,7 @@ def listing(path: Path):
 # ---- registration and input checks ---------------------------------------------------------------
 def test_the_experiment_is_registered_without_a_metric() -> None:
     experiment = experiments.get("nccl_env")
-    assert api.FAMILIES[experiment.family] is nccl_env
+    assert api.family_module(experiment.family) is nccl_env
     expect = experiments.loop_expectations(experiment, experiment.params)
     # No metric shows a job's NCCL settings: detection is not observable and the report names what to add.
     assert expect["detection"] is None and "NCCL_" in expect["missing_alert_hint"]

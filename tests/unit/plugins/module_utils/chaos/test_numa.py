@@ -216,7 +216,7 @@ def test_topology_manager_change_is_refused_as_missing(monkeypatch, tmp_path):
 def test_the_registry_and_the_dispatch():
     for name in numa_plan.EXPERIMENTS:
         experiment = experiments.get(name)
-        assert experiment.family == "numa" and api.FAMILIES["numa"] is numa
+        assert experiment.family == "numa" and api.family_module("numa") is numa
         assert experiment.detection is None and "node_pressure" in experiment.missing_alert_hint
         numa_plan.check(dict(spec(name), params=dict(experiment.params)), lab=True)
 

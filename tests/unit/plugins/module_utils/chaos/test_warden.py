@@ -23,7 +23,8 @@ class RecordingFamily:
 @pytest.fixture()
 def family(monkeypatch):
     recording = RecordingFamily()
-    monkeypatch.setitem(api.FAMILIES, "recording", recording)
+    real = api.family_module
+    monkeypatch.setattr(api, "family_module", lambda name: recording if name == "recording" else real(name))
     return recording
 
 
