@@ -71,7 +71,6 @@ class NetworkWatch:
         self.findings: List[IbFinding] = []
         self.seen_ports = False
         self.view = NetworkView()
-        self._carry: Dict[str, IbPort] = {}
         self._full_at: Optional[float] = None
 
     def reconfigure(self, thresholds: IbThresholds) -> None:
@@ -86,10 +85,10 @@ class NetworkWatch:
         counts it as an error and keeps the last judgement."""
         full = (self._full_at is None or not 0 <= now - self._full_at < FULL_EVERY_S or bool(self.findings)
                 or any(not port.up or port.error for port in self.view.ports))
-        ports = read_ports(self.sysfs_root, None if full else self._carry)
+        # The last reading (the view's ports) is what a light reading carries.
+        ports = read_ports(self.sysfs_root, None if full else {port.name: port for port in self.view.ports})
         if full:
             self._full_at = now
-        self._carry = {port.name: port for port in ports}
         self.seen_ports = self.seen_ports or bool(ports)
         findings = self.watch.observe(ports, now)
         verdict, _reason = ib_verdict(findings)

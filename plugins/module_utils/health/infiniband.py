@@ -70,6 +70,11 @@ def parse_rate(text: str) -> float:
 # ---------------------------------------------------------------- reading
 
 
+def port_name(hca: str, port: int) -> str:
+    """``mlx5_0/1``: how the findings, the metrics' readers and ``ignore`` name a port."""
+    return "%s/%d" % (hca, port)
+
+
 @dataclass(frozen=True)
 class IbPort:
     """One HCA port as sysfs showed it; fields not read (see ``error``) keep their defaults."""
@@ -87,7 +92,7 @@ class IbPort:
 
     @property
     def name(self) -> str:
-        return "%s/%d" % (self.hca, self.port)
+        return port_name(self.hca, self.port)
 
     @property
     def up(self) -> bool:
@@ -128,7 +133,7 @@ def read_port(port_dir: str, hca: str, port: int, carry: Optional[IbPort] = None
                 values[name + "_code"], values[name] = parse_coded(text)
             except ValueError as exc:
                 problems.append("%s: %s" % (os.path.join(port_dir, name), exc))
-    if (carry is not None and not problems and carry.error is None and carry.hca == hca and carry.port == port
+    if (carry is not None and not problems and carry.error is None
             and values["state_code"] == carry.state_code and values["phys_state_code"] == carry.phys_state_code):
         return carry
     # The kernel answers EINVAL for the rate of a port with no speed yet (a link still training).
@@ -178,7 +183,7 @@ def read_ports(sysfs_root: str, carry: Optional[Mapping[str, IbPort]] = None) ->
         except OSError:
             continue  # an HCA without readable ports has nothing to judge; the watch calls them missing
         for name in sorted(names, key=int):
-            last = carried.get("%s/%d" % (hca, int(name)))
+            last = carried.get(port_name(hca, int(name)))
             ports.append(read_port(os.path.join(ports_dir, name), hca, int(name), last))
     return ports
 
