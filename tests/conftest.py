@@ -18,7 +18,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -38,11 +38,35 @@ def pytest_configure(config: pytest.Config) -> None:
 # Wall time per test module (setup, call and teardown of its tests), summed where the reports arrive
 # (the controller, under xdist): CI's time budget is spent by modules, and --durations shows tests.
 _module_seconds: Dict[str, float] = {}
+# Per xdist worker: its busy seconds and the wall-clock span of each module it ran, for the balance of
+# the two workers (the session's wall time is the later of their ends).
+_worker_busy: Dict[str, float] = {}
+_worker_spans: Dict[str, Dict[str, List[float]]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::", 1)[0]
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker is None:
+        return
+    _worker_busy[worker] = _worker_busy.get(worker, 0.0) + report.duration
+    span = _worker_spans.setdefault(worker, {}).setdefault(module, [report.start, report.stop])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+
+def _write_worker_timelines(terminalreporter: Any) -> None:
+    if not _worker_spans:
+        return
+    began = min(span[0] for spans in _worker_spans.values() for span in spans.values())
+    terminalreporter.write_sep("=", "workers: modules from start to end (s since the first test), busy seconds")
+    for worker in sorted(_worker_spans):
+        spans = sorted(_worker_spans[worker].items(), key=lambda item: item[1][0])
+        terminalreporter.write_line("%s: busy %.0fs, last test ended at %.0fs" % (
+            worker, _worker_busy[worker], max(span[1] for _, span in spans) - began))
+        for module, (start, stop) in spans:
+            if stop - start >= 20:
+                terminalreporter.write_line("  %6.0f %6.0f %s" % (start - began, stop - began, module))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -58,6 +82,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             stack = traceback.extract_stack(frame)[-4:] if frame else []
             where = " < ".join("%s:%d %s" % (Path(f.filename).name, f.lineno, f.name) for f in reversed(stack))
             terminalreporter.write_line("%s: %s" % (thread.name, where or "?"))
+    _write_worker_timelines(terminalreporter)
     slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
     if not slowest or slowest[0][1] < 10:
         return
