@@ -63,7 +63,7 @@ def _write_worker_timelines(terminalreporter: Any) -> None:
     for worker in sorted(_worker_spans):
         spans = sorted(_worker_spans[worker].items(), key=lambda item: item[1][0])
         terminalreporter.write_line("%s: busy %.0fs, last test ended at %.0fs" % (
-            worker, _worker_busy[worker], max(span[1] for _, span in spans) - began))
+            worker, _worker_busy[worker], max(stop for _module, (_start, stop) in spans) - began))
         for module, (start, stop) in spans:
             if stop - start >= 20:
                 terminalreporter.write_line("  %6.0f %6.0f %s" % (start - began, stop - began, module))

@@ -91,6 +91,20 @@ options:
         epoch), so that a grace waited in slices ends when one call's would have.
       - Omit on the first call.
     type: float
+  job_ids:
+    description:
+      - Only these jobs of the node are listed, signalled, waited for, requeued or cancelled; the node's other
+        jobs are not touched. A remediation of a stalled job (plan C(JOB_HANG)) names that job here.
+      - Omit for every job on the node. A job named here that is not on the node is no error (it has left).
+    type: list
+    elements: str
+  only_requeueable:
+    description:
+      - Only jobs that may be requeued are signalled, requeued or cancelled; a job that may not be requeued is not
+        touched and is reported with RV(jobs[].fate=kept). A remediation of a stalled job (plan C(JOB_HANG)) sets
+        it - a job that cannot come back is its owner's to end.
+    type: bool
+    default: false
   skip_signal:
     description:
       - Ids of jobs an earlier run of the same remediation has signalled already (its RV(signalled)).
@@ -172,7 +186,8 @@ jobs:
     fate:
       description:
         - V(left) when it left the node by itself (finished, or requeued by slurmctld after a C(RequeueExit) code);
-          V(requeued) or V(cancelled) when the module requeued or cancelled it after the grace.
+          V(requeued) or V(cancelled) when the module requeued or cancelled it after the grace; V(kept) when
+          O(only_requeueable) left it alone.
       returned: when O(state=evacuated)
       type: str
       sample: left
@@ -251,6 +266,8 @@ def argspec():
         poll=dict(type="float", default=1),
         then=dict(type="str", default="requeue", choices=["requeue", "cancel"]),
         skip_signal=dict(type="list", elements="str", default=[]),
+        job_ids=dict(type="list", elements="str"),
+        only_requeueable=dict(type="bool", default=False),
         return_after=dict(type="float"),
         grace_started=dict(type="float"),
         **SLURM_API_ARGS,
@@ -270,7 +287,8 @@ def evacuate_and_record(module, client):
 
     result = slurm_jobs(client, p["node"], "evacuated", signal=p["signal"], grace=p["grace"], poll=p["poll"],
                         then=p["then"], skip_signal=skip, return_after=p["return_after"],
-                        grace_started=p["grace_started"], on_signalled=signalled_now)
+                        grace_started=p["grace_started"], on_signalled=signalled_now, job_ids=p["job_ids"],
+                        only_requeueable=p["only_requeueable"])
     if not result["done"]:
         return result  # a slice of the grace: the phase is done on the last one
     every = earlier + [job for job in result["signalled"] if job not in earlier]
@@ -290,7 +308,8 @@ def main():
             slices = dict(return_after=p["return_after"], grace_started=p["grace_started"]) \
                 if p["state"] == "evacuated" else {}
             result = slurm_jobs(client, p["node"], p["state"], signal=p["signal"], grace=p["grace"], poll=p["poll"],
-                                then=p["then"], skip_signal=p["skip_signal"], **slices)
+                                then=p["then"], skip_signal=p["skip_signal"], job_ids=p["job_ids"],
+                                only_requeueable=p["only_requeueable"], **slices)
     except GpufleetError as exc:
         details = exc.details() if hasattr(exc, "details") else dict(field=getattr(exc, "field", None))
         module.fail_json(msg=str(exc), **details)

@@ -237,10 +237,10 @@ _add(Experiment(
     detection=Detection('max(gpufleet_job_stalled{{node="{node}",job_id="{job_id}"}})', "at_least", 1,
                         what="the job's stalled gauge (its progress file unchanged for its window)"),
     alerts=("GpuJobStalled",),
+    # The remediation's JOB_HANG plan requeues the job; it resumes from its last checkpoint, on any node.
+    requeues=True,
     missing_alert_hint="the job's progress file (GPUFLEET_PROGRESS_FILE from the TaskProlog, docs/agent.md) and "
                        "the GpuJobStalled rule: without them a hung job holds its GPUs unseen",
-    no_recovery="no remediation acts on a hung job yet (a JOB_HANG plan would requeue it from its checkpoint); "
-                "the drill's rollback resumes the rank (SIGCONT)",
     knobs=("job_id",),
 ))
 _NUMA_HINT = ("per-node CPU and memory pressure and NUMA counters (node_exporter's node_pressure_cpu_waiting_"

@@ -65,8 +65,9 @@ def incident_cost(record: Mapping[str, Any], node_gpus: Optional[int], jobs_now:
     open_parts: List[str] = []
 
     back = back_in_service(record)
-    if back is None and record.get("plan", {}).get("name") in ("RESTART_APP", "IGNORE"):
-        back = began  # the node never left service
+    plan = record.get("plan") or {}
+    if back is None and (plan.get("acts") is False or plan.get("name") in ("RESTART_APP", "IGNORE", "JOB_HANG")):
+        back = began  # a plan that does nothing to the node: it never left service
     if back is None:
         open_parts.append("node")
     if node_gpus is None:

@@ -8,6 +8,10 @@ device come from the message's data line, never from its prose.
 
 The condition, not the alert, is the source of truth: an alert only says *that* a node is unhealthy,
 and both triggers (Alertmanager and the node-condition source) end up reading the same condition.
+One alert is about a job, not the node: ``GpuJobStalled`` (a job whose progress stopped on a node
+that may be healthy) gives a ``JOB_HANG`` fault from the alert's own ``job_id`` label, checked here
+as a Slurm job id (``fault_from_trigger``); a node that is unhealthy as well is remediated for its
+condition, whose plan takes all its jobs off it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import check_job_ids
 
 REASON_PREFIX = "gpufleet:"
 # scontrol keeps a reason on one line; long ones are hard to read in sinfo -R.
@@ -39,10 +44,12 @@ class Fault:
     gpu_uuid: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     since: Optional[float] = None  # when the condition turned False (epoch seconds): when the fault began
+    job_ids: Tuple[str, ...] = ()  # the jobs the fault is about (JOB_HANG); none: the node's
 
     def as_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["xids"] = list(self.xids)
+        data["job_ids"] = list(self.job_ids)
         return data
 
 
@@ -110,6 +117,35 @@ def fault_from_input(value: Mapping[str, Any], field_name: str = "fault") -> Fau
         xids=xids,
         gpu_index=gpu_index,
         gpu_uuid=value.get("gpu_uuid"),
+    )
+
+
+# The alert about a stalled job (roles/monitoring/files/gpufleet-alerts.yml), its plan and reason.
+JOB_STALLED_ALERT = "GpuJobStalled"
+JOB_HANG = "JOB_HANG"
+JOB_STALLED_REASON = "JobStalled"
+
+
+def fault_from_trigger(trigger: Optional[Mapping[str, Any]], field_name: str = "remediation_trigger_encoded"
+                       ) -> Optional[Fault]:
+    """The ``JOB_HANG`` fault of a ``GpuJobStalled`` alert; None for any other trigger.
+
+    The job id comes from the alert's label, which anyone who reaches Alertmanager writes: it must be
+    a Slurm job id, or the remediation stops here naming the label."""
+    if not trigger or trigger.get("source") != "alertmanager" or trigger.get("alert") != JOB_STALLED_ALERT:
+        return None
+    labels = trigger.get("labels") or {}
+    job_id = labels.get("job_id")
+    if not isinstance(job_id, str):
+        raise FieldError(field_name + ".labels.job_id", "must be a Slurm job id (1234 or 1234_5), not %r" % (job_id,))
+    job_id = check_job_ids([job_id], field_name + ".labels.job_id")[0]
+    summary = (trigger.get("annotations") or {}).get("summary") or ""
+    return Fault(
+        verdict="degraded",
+        action=JOB_HANG,
+        reason=JOB_STALLED_REASON,
+        message=summary.split("\n", 1)[0] or "job %s stopped making progress" % job_id,
+        job_ids=(job_id,),
     )
 
 

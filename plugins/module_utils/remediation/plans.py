@@ -16,7 +16,11 @@ The table follows NVIDIA's XID catalog buckets (docs/health.md), proportionate t
 * ``CONTACT_SUPPORT``/``DECODE``: fence and quarantine first, then hold the node for a human.
 * ``IGNORE``: count it; nothing else.
 
-Two plans are not catalog actions: ``HOLD`` (escalation: the node was remediated too often, or the
+Three plans are not catalog actions. ``JOB_HANG`` (a ``GpuJobStalled`` alert: a job whose progress
+stopped, on a node that may be healthy): notify, requeue that job alone from its last checkpoint
+(the jobs phase, scoped to the fault's ``job_ids``), record; nothing is done to the node, so it takes
+no breaker slot. A node with too many stalled jobs goes to ``HOLD`` instead (escalation.py).
+``HOLD`` (escalation: the node was remediated too often, or the
 same fault came back after a reset or reboot) and ``BREAKER_OPEN`` (the circuit breaker refused:
 notify, fence the node in Slurm so that no new work lands on a dead GPU, and record; nothing
 more: no job is touched, nothing is cordoned, drained or replaced. The fence is reversible and
@@ -78,6 +82,7 @@ DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
     "IGNORE": ("record",),
     "HOLD": _HOLD,
     "BREAKER_OPEN": ("fence", "notify", "record"),
+    "JOB_HANG": ("notify", "jobs", "record"),
 }
 
 # What the notification says will be done, per plan.
@@ -96,12 +101,13 @@ INTENTS = {
     "HOLD": "fence and quarantine it and hold it for a human: it was remediated too often, or the fault came back",
     "BREAKER_OPEN": "fence it in Slurm only (no new work): the circuit breaker is open, too many nodes are in "
                     "remediation",
+    "JOB_HANG": "requeue the stalled job from its last checkpoint; nothing is done to the node",
 }
 
 
 @dataclass(frozen=True)
 class RemediationPlan:
-    name: str  # the catalog action, HOLD or BREAKER_OPEN
+    name: str  # the catalog action, HOLD, BREAKER_OPEN or JOB_HANG
     phases: Tuple[str, ...]
     why: str = ""  # why this plan and not the action's own (escalation, breaker)
     intent: str = ""
@@ -171,7 +177,7 @@ def check_overrides(
 
 def plan_for(action: str, overrides: Optional[Mapping[str, Sequence[str]]] = None, why: str = "",
              fence_when_open: bool = True) -> RemediationPlan:
-    """The plan for a catalog action (or HOLD / BREAKER_OPEN), with the site's overrides applied.
+    """The plan for a catalog action (or HOLD / BREAKER_OPEN / JOB_HANG), with the site's overrides applied.
 
     ``fence_when_open=False`` (``remediation_breaker.fence_when_open``) takes the fence out of
     ``BREAKER_OPEN``: a refused remediation then only notifies and records."""

@@ -40,9 +40,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation im
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import neighbours as neighbour_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import progress as progress_rules
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.fault import (
+    JOB_HANG,
     Fault,
     fault_from_condition,
     fault_from_input,
+    fault_from_trigger,
     slurm_reason,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.plans import plan_for
@@ -139,7 +141,10 @@ class RemediationStore:
             raise KubeError("node %s: no such Node in the cluster (and no unfinished remediation of it)" % node, 404)
 
         condition = gpu_condition.find(node_obj)
-        fault = fault_from_input(fault_input, "remediation_fault") if fault_input else fault_from_condition(condition)
+        # The node's condition first: a node that is unhealthy too is remediated for that, and its plan
+        # takes every job off it; else a stalled job's alert (JOB_HANG).
+        fault = fault_from_input(fault_input, "remediation_fault") if fault_input else \
+            fault_from_condition(condition) or fault_from_trigger(trigger)
         if fault is None:
             condition = condition or {}
             return {
@@ -165,7 +170,9 @@ class RemediationStore:
         history = self._history(node)
         escalation = escalation_rules.decide(history, now, fault.reason, self.policy.escalation, remediation_id)
         plan = plan_for(fault.action, self.policy.plans)
-        if escalation.hold and plan.acts:
+        # A plan that does nothing to the node is not escalated, but a stalled job's is: that rule
+        # holds the node.
+        if escalation.hold and (plan.acts or fault.action == JOB_HANG):
             plan = plan_for("HOLD", self.policy.plans, why=escalation.why)
         decisions: Dict[str, Any] = {
             "escalation": {"hold": escalation.hold, "why": escalation.why, "recent": escalation.recent}
@@ -271,8 +278,9 @@ class RemediationStore:
         )
         self.mirror(node, progress)
         fault = Fault(
-            **{k: v for k, v in progress["fault"].items() if k != "xids"},
+            **{k: v for k, v in progress["fault"].items() if k not in ("xids", "job_ids")},
             xids=tuple(progress["fault"].get("xids") or ()),
+            job_ids=tuple(progress["fault"].get("job_ids") or ()),
         )
         return {
             "skip": None,

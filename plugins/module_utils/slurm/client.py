@@ -30,7 +30,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors i
     SlurmTimeoutError,
     SlurmUnknownNodeError,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmJob, SlurmNode, SlurmVersion
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import (
+    SlurmJob,
+    SlurmNode,
+    SlurmVersion,
+    check_job_ids,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.parse_scontrol import (
     parse_nodes_json,
     parse_nodes_text,
@@ -59,7 +64,6 @@ _JOB_GONE = re.compile(r"already completing or completed|Invalid job id specifie
 # Slurm (unlike Kubernetes) allows upper case and '_' in node names; never a leading '-' (an option) and
 # never a host list ("gpu-[1-4]", "a,b"). Capped like a Kubernetes name: a 5,000-character one reached scontrol.
 _NODE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (MAX_NODE_NAME - 1)
-_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,10})?")
 _SIGNAL = re.compile(r"(SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2}")
 _FEATURE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # A reason is printed on one line; a newline would cut it in `scontrol show node` text.
@@ -310,16 +314,3 @@ def check_signal(signal: Any, field: str = "signal") -> str:
     if not _SIGNAL.fullmatch(text):
         raise FieldError(field, "must be a signal name or number, not %r" % text)
     return text
-
-
-def check_job_ids(job_ids: Sequence[Any], field: str = "job_ids", allow_empty: bool = False) -> List[str]:
-    """Job ids as strings (``12``, ``12_3``); anything else, or none unless allowed, is FieldError(field)."""
-    if isinstance(job_ids, (str, int)):
-        job_ids = [job_ids]
-    ids = [str(job_id) for job_id in job_ids or []]
-    if not ids and not allow_empty:
-        raise FieldError(field, "must name at least one job")
-    bad = [job_id for job_id in ids if not _JOB_ID.fullmatch(job_id)]
-    if bad:
-        raise FieldError(field, "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
-    return ids

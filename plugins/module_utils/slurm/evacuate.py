@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.fields import check_number
@@ -67,6 +67,9 @@ THEN = ("requeue", "cancel")
 LEFT = "left"
 REQUEUED = "requeued"
 CANCELLED = "cancelled"
+# With only_requeueable: a job that may not be requeued, neither signalled nor cancelled.
+KEPT = "kept"
+KEPT_NOTE = "not requeueable: not signalled, requeued or cancelled; left to its owner"
 
 # What a finished job shows until MinJobAge passes; asked for so the last look sees how it ended.
 FINISHED_JOB_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -85,7 +88,7 @@ class JobFate:
     name: Optional[str]
     requeue: Optional[bool]
     signalled: bool = False
-    fate: Optional[str] = None  # LEFT, REQUEUED or CANCELLED
+    fate: Optional[str] = None  # LEFT, REQUEUED, CANCELLED or KEPT
     state: Optional[str] = None  # the job's state at the last look; None: Slurm lists it no more
     note: Optional[str] = None
     gpus: Optional[int] = None  # what the job held (what it cost while away: remediation/cost.py)
@@ -109,23 +112,28 @@ class EvacuationError(SlurmError):
         return dict(self.cause.details(), signalled=self.signalled, command=self.command)
 
 
-def node_jobs(client: Any, node: str) -> List[SlurmJob]:
-    """The jobs running (or suspended, completing) on ``node``; an unknown node is SlurmUnknownNodeError."""
+def node_jobs(client: Any, node: str, only: Optional[Iterable[str]] = None) -> List[SlurmJob]:
+    """The jobs running (or suspended, completing) on ``node`` (those in ``only`` alone, when given); an
+    unknown node is SlurmUnknownNodeError."""
     check_node(node)
     client.nodes([node], future=True, with_jobs=False)
-    return [job for job in client.jobs(nodes=[node]) if on_node(job, node)]
+    wanted = None if only is None else set(only)
+    return [job for job in client.jobs(nodes=[node])
+            if on_node(job, node) and (wanted is None or job.job_id in wanted)]
 
 
-def list_jobs(client: Any, node: str) -> Dict[str, Any]:
+def list_jobs(client: Any, node: str, only: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     """What ``state=listed`` returns."""
-    jobs = node_jobs(client, node)
+    jobs = node_jobs(client, node, only)
     return dict(changed=False, jobs=[job.as_dict() for job in jobs], signalled=[], waited=0.0, command=[])
 
 
 def check_evacuation(node: str, signal: str = "TERM", grace: float = 120.0, poll: float = 1.0, then: str = "requeue",
                      skip_signal: Optional[Iterable[Any]] = None, return_after: Optional[float] = None,
-                     grace_started: Optional[float] = None) -> Dict[str, Any]:
-    """The options checked and normalised; bad input is a FieldError naming the option."""
+                     grace_started: Optional[float] = None, job_ids: Optional[Iterable[Any]] = None,
+                     only_requeueable: bool = False) -> Dict[str, Any]:
+    """The options checked and normalised; bad input is a FieldError naming the option. ``job_ids``: only
+    these jobs of the node (a stalled job's remediation); None: all of them."""
     check_node(node)
     if then not in THEN:
         raise FieldError("then", "must be one of %s, not %r" % (", ".join(THEN), then))
@@ -135,22 +143,36 @@ def check_evacuation(node: str, signal: str = "TERM", grace: float = 120.0, poll
         check_number(return_after, "return_after", above=0)
     if grace_started is not None:
         check_number(grace_started, "grace_started", above=0)
+    if not isinstance(only_requeueable, bool):
+        raise FieldError("only_requeueable", "must be true or false, not %r" % (only_requeueable,))
+    only = None if job_ids is None else set(check_job_ids(list(job_ids), "job_ids"))
     return dict(signal=check_signal(signal), skip=set(check_job_ids(list(skip_signal or []), "skip_signal",
-                                                                    allow_empty=True)))
+                                                                    allow_empty=True)), only=only)
+
+
+def _kept(jobs: List[SlurmJob], only_requeueable: bool) -> Tuple[List[SlurmJob], List[JobFate]]:
+    """The jobs to act on, and (with ``only_requeueable``) the fates of those that may not be requeued,
+    which are left alone: a stalled job that cannot come back is its owner's to end."""
+    if not only_requeueable:
+        return jobs, []
+    kept = [JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue, gpus=job.gpus, fate=KEPT, state=job.state,
+                    note=KEPT_NOTE) for job in jobs if job.requeue is False]
+    return [job for job in jobs if job.requeue is not False], kept
 
 
 def signal_only(client: Any, node: str, signal: str = "TERM", skip_signal: Optional[Iterable[Any]] = None,
+                job_ids: Optional[Iterable[Any]] = None, only_requeueable: bool = False,
                 **_ignored: Any) -> Dict[str, Any]:
     """What ``state=signalled`` returns: the node's jobs signalled (but those in ``skip_signal``), no wait.
 
     The remediation records the ids it returns before it waits, so that a rerun after a crash in
     the wait does not signal them again; only a crash inside this call can signal a job twice.
     """
-    checked = check_evacuation(node, signal, skip_signal=skip_signal)
-    jobs = node_jobs(client, node)
+    checked = check_evacuation(node, signal, skip_signal=skip_signal, job_ids=job_ids,
+                               only_requeueable=only_requeueable)
+    jobs, fates = _kept(node_jobs(client, node, checked["only"]), only_requeueable)
     command: List[List[str]] = []
     signalled: List[str] = []
-    fates = []
     try:
         for job in jobs:
             fate = JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue, gpus=job.gpus)
@@ -177,7 +199,8 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
              clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
              wall: Callable[[], float] = time.time,
-             on_signalled: Optional[Callable[[List[str]], None]] = None) -> Dict[str, Any]:
+             on_signalled: Optional[Callable[[List[str]], None]] = None,
+             job_ids: Optional[Iterable[Any]] = None, only_requeueable: bool = False) -> Dict[str, Any]:
     """What ``state=evacuated`` returns: changed, done, jobs (each with its fate), signalled, waited,
     command, grace_started and grace_left.
 
@@ -186,13 +209,19 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
     wait does not signal them again. ``return_after``: seconds this call waits at most before it
     returns ``done=false`` (the grace not over, jobs still on the node); ``grace_started``: when an
     earlier call of the same evacuation started the grace (``time.time()``), so it ends as it would
-    have in one call."""
-    checked = check_evacuation(node, signal, grace, poll, then, skip_signal, return_after, grace_started)
-    jobs = node_jobs(client, node)
+    have in one call. ``job_ids``: only these jobs of the node are signalled, waited for, requeued or
+    cancelled (a stalled job's remediation); the others are not touched. ``only_requeueable``: a job
+    that may not be requeued is not touched either, and is reported with fate ``kept``."""
+    checked = check_evacuation(node, signal, grace, poll, then, skip_signal, return_after, grace_started, job_ids,
+                               only_requeueable)
+    only = checked["only"]
+    jobs, kept = _kept(node_jobs(client, node, only), only_requeueable)
     if not jobs and not checked["skip"]:
-        return dict(changed=False, done=True, jobs=[], signalled=[], waited=0.0, command=[],
-                    grace_started=wall() if grace_started is None else float(grace_started), grace_left=0.0)
+        return dict(changed=False, done=True, jobs=[fate.as_dict() for fate in kept], signalled=[], waited=0.0,
+                    command=[], grace_started=wall() if grace_started is None else float(grace_started),
+                    grace_left=0.0)
     fates = {job.job_id: JobFate(job_id=job.job_id, name=job.name, requeue=job.requeue, gpus=job.gpus) for job in jobs}
+    fates.update((fate.job_id, fate) for fate in kept)
     # Jobs signalled earlier that have left the node already are accounted for too: the report
     # names every job the node had, not only those still there.
     for job_id in sorted(checked["skip"] - set(fates)):
@@ -228,7 +257,7 @@ def evacuate(client: Any, node: str, signal: str = "TERM", grace: float = 120.0,
             still = waiting
         else:
             while True:
-                latest = {job.job_id: job for job in client.jobs(nodes=[node])}
+                latest = {job.job_id: job for job in client.jobs(nodes=[node]) if only is None or job.job_id in only}
                 still = [job_id for job_id in waiting if job_id in latest and on_node(latest[job_id], node)]
                 now = clock()
                 if not still or now >= until:
@@ -369,8 +398,8 @@ def _tolerant(client: Any, node: str, job_id: str, call: Callable[[str], Any], r
 def slurm_jobs(client: Any, node: str, state: str = "listed", **options: Any) -> Dict[str, Any]:
     """The slurm_jobs module's one call: ``listed`` or ``evacuated``."""
     if state == "listed":
-        check_evacuation(node, **options)
-        return list_jobs(client, node)
+        checked = check_evacuation(node, **options)
+        return list_jobs(client, node, checked["only"])
     if state == "evacuated":
         return evacuate(client, node, **options)
     if state == "signalled":

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
 BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
 
 # The one-character suffixes sinfo and old scontrol append to a state, and the flag each means.
@@ -67,6 +69,8 @@ ACTIVE_JOB_STATES = frozenset((
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
 _NULLS = ("", "(null)", "none", "None", "N/A", "n/a")
+# A job id: 12, or an array task 12_3. Anything else (an option, a list, a template) is refused.
+_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,10})?")
 
 
 def null(value: Any) -> Optional[str]:
@@ -283,3 +287,16 @@ class SlurmNode:
             memory_mb=self.memory_mb, partitions=list(self.partitions),
             jobs=[job.as_dict() for job in self.jobs],
         )
+
+
+def check_job_ids(job_ids: Sequence[Any], field: str = "job_ids", allow_empty: bool = False) -> List[str]:
+    """Job ids as strings (``12``, ``12_3``); anything else, or none unless allowed, is FieldError(field)."""
+    if isinstance(job_ids, (str, int)):
+        job_ids = [job_ids]
+    ids = [str(job_id) for job_id in job_ids or []]
+    if not ids and not allow_empty:
+        raise FieldError(field, "must name at least one job")
+    bad = [job_id for job_id in ids if not _JOB_ID.fullmatch(job_id)]
+    if bad:
+        raise FieldError(field, "must be job ids such as 12 or 12_3, not %s" % ", ".join(map(repr, bad)))
+    return ids

@@ -5,6 +5,8 @@ lets the protected job checkpoint, requeues it, drains and replaces the node; th
 healthy node. The drill scores every step green and writes valid reports.
 
 This is the suite's one slow end-to-end path: it is also the remediation loop's end-to-end test.
+The job_hang drill runs first on the same loop (one rulebook start for both): a stopped rank's job
+is found stalled, GpuJobStalled starts the remediation, and plan JOB_HANG requeues that job alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
-from agent_probe import firing_alerts, wait_for
+from agent_probe import AgentProbe, firing_alerts, nodes_alerting, wait_for
 from drill_probe import Drills, screenshot
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.report.document import DRILL_SCHEMA
@@ -27,13 +29,86 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab]
 REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record"]
 
 
-def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
-    drills = Drills(lab)
-    drills.reset_state()
+@pytest.fixture(scope="module")
+def self_healing(lab):
+    """The rulebook on (the test lab runs without it), once for the module's drills; off at its end
+    unless a test turned it off already (``state["on"]``)."""
     # A fault an earlier test left would be remediated the moment the rulebook starts.
     wait_for(lambda: not firing_alerts("GpuNodeFatal"), 60, what="no GpuNodeFatal left from an earlier test")
     enabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": True})
     assert enabled.rc == 0, enabled.output[-3000:]
+    state = {"on": True}
+    yield state
+    if state["on"]:
+        disable_self_healing(lab, state)
+
+
+def disable_self_healing(lab, state):
+    disabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": False})
+    state["on"] = False
+    assert disabled.rc == 0, disabled.output[-3000:]
+
+
+def test_a_stalled_job_is_requeued_alone_and_resumes_from_its_checkpoint(lab, self_healing, tmp_path):
+    """job_hang with the loop on: the agent calls the stopped rank's job stalled after the job's own
+    3 s window, GpuJobStalled fires for that job and node, the rulebook starts remediate-node.yml
+    with the alert, and plan JOB_HANG requeues that job alone (nothing is done to the node); the job
+    resumes from its last checkpoint, so the drill scores recovery green."""
+    drills = Drills(lab)
+    drills.reset_state()
+    beat = ("--stall-after-seconds", "3", "--progress-every", "0.5")
+    job, node = drills.submit_train_sim(tmp_path / "job", extra=beat)
+    drills.opt_in([node])
+    probe = AgentProbe(lab, node)
+    output = str(tmp_path / "job" / "train.out")
+    started = time.time()
+    try:
+        wait_for(lambda: (probe.sample("gpufleet_job_progress_step", job_id=job, rank="0") or 0) > 0, 30,
+                 what="job %s's progress in the agent's metrics" % job)
+        assert probe.sample("gpufleet_job_stall_window_seconds", job_id=job) == 3.0
+        journal_before = len(probe.journal_records())
+
+        result = drills.drill("job_hang", node, protected_job=job, protected_output=output,
+                              chaos_drill_deadlines={"detected": 30, "alerted": 30, "scheduler": 3, "recovered": 180})
+        assert result.rc == 0, result.output[-4000:]
+        document = drills.report(result)
+        steps = {s["step"]: s for s in document["steps"]}
+        assert {name: step["verdict"] for name, step in steps.items()} == {
+            "detected": "pass", "alerted": "pass", "scheduler": "skipped", "recovered": "pass"}, document
+        assert 2 <= steps["detected"]["elapsed_s"] < 30, steps["detected"]  # the 3 s window from the last beat
+        assert "GpuJobStalled" in steps["alerted"]["observed"]
+        assert not document["gaps"] and [f["rollback"] for f in document["faults"]] == ["done"], document
+        stalled = [r for r in probe.journal_records()[journal_before:] if r["reason"] == "JobStalled"]
+        assert (stalled[0]["event"], stalled[0]["fault"]["job_id"]) == ("fault", job), stalled
+
+        # -- the remediation the alert started: that job requeued, the node left alone ------------
+        record = [r for r in drills.audit(node) if r["started_at"] >= started - 1][-1]
+        assert record["result"] == "succeeded" and record["plan"]["name"] == "JOB_HANG", record
+        assert record["trigger"]["alert"] == "GpuJobStalled" and record["fault"]["job_ids"] == [job], record
+        assert [s["phase"] for s in record["timeline"]] == ["notify", "jobs", "record"]
+        jobs = next(s for s in record["timeline"] if s["phase"] == "jobs")["outcome"]["jobs"]
+        assert [(j["job_id"], j["fate"]) for j in jobs] == [(job, "requeued")], jobs
+        # What it cost: the job's GPU until it ran again; the node never left service.
+        assert record["cost"]["node_gpu_hours"] == 0 and record["cost"]["jobs"][0]["gpus"] == 1, record["cost"]
+        assert drills.slurm_node(node)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
+        assert not drills.kube_node(node)["spec"].get("unschedulable")
+        state = drills.job(job)
+        assert state["JobState"] == "RUNNING" and int(state["Restarts"]) >= 1, state
+        # train_sim: the checkpoint before the stop, then "resume step=N" from it.
+        resumed = re.findall(r"resume time=\S+ step=(\d+)", Drills.output(tmp_path / "job"))
+        assert resumed and int(resumed[-1]) > 0, resumed
+        wait_for(lambda: node not in nodes_alerting("GpuJobStalled"), 60, what="GpuJobStalled resolved")
+    finally:
+        drills.cancel(job)
+        drills.opt_in([node], allowed=False)
+    # The Epilog removes the job's file on its node: the agent forgets the job.
+    wait_for(lambda: probe.sample("gpufleet_job_progress_timestamp_seconds", job_id=job) is None, 60,
+             what="job %s's progress file removed at its end" % job)
+
+
+def test_xid79_drill_end_to_end_every_loop_step_green(lab, self_healing, tmp_path):
+    drills = Drills(lab)
+    drills.reset_state()
     job, node = drills.submit_train_sim(tmp_path / "job")
     drills.opt_in([node])
     seen = {"down": None, "cordoned": None}
@@ -123,8 +198,7 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, tmp_path):
     finally:
         stop.set()
         drills.cancel(job)
-        disabled = lab.playbook("one-click-slurm.yml", "--tags", "self_healing", extra={"self_healing_enabled": False})
-        assert disabled.rc == 0, disabled.output[-3000:]
+        disable_self_healing(lab, self_healing)
         if drills.kube_node(node) is None:
             drills.restore(node)
         drills.heal(node)

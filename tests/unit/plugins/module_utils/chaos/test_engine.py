@@ -322,7 +322,9 @@ def test_a_fault_nothing_recovers_from_reports_it_without_waiting_for_the_deadli
     def sleep(seconds):
         probes.clock += seconds
 
-    expect = experiments.loop_expectations(experiments.get("job_hang"), {"job_id": "42"})
+    # An experiment nothing recovers from (Experiment.no_recovery): job_hang as it was before its plan.
+    expect = dict(experiments.loop_expectations(experiments.get("job_hang"), {"job_id": "42"}), requeues=False,
+                  no_recovery="no remediation acts on a hung job (JOB_HANG off)")
     request = {"nodes": ["n1"], "experiment": "job_hang", "injected_at": 0.0, "poll_s": 1.0,
                "protected_job": "42", "params": {"job_id": "42"},
                "deadlines": {"detected": 10, "alerted": 10, "scheduler": 10, "recovered": 300},

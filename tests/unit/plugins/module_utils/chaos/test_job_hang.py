@@ -97,10 +97,10 @@ def test_plan_names_both_commands():
     assert any("--signal=CONT --batch --full 42" in action for action in planned["actions"])
 
 
-def test_the_loop_expects_detection_and_the_alert_and_reports_that_nothing_recovers():
+def test_the_loop_expects_detection_the_alert_and_the_job_requeued_and_resumed_without_a_fence():
     expect = experiments.loop_expectations(experiments.get("job_hang"), {"job_id": "42"})
-    assert expect["alerts"] == ["GpuJobStalled"] and expect["fences"] is False and expect["requeues"] is False
-    assert "JOB_HANG" in expect["no_recovery"]
+    assert expect["alerts"] == ["GpuJobStalled"] and expect["fences"] is False and expect["requeues"] is True
+    assert expect["no_recovery"] == ""
     assert expect["detection"]["query"].format(node="gpu-a-001", job_id="42") == \
         'max(gpufleet_job_stalled{node="gpu-a-001",job_id="42"})'
 

@@ -60,6 +60,16 @@ def test_an_application_fault_costs_the_node_nothing():
     assert cost["gpu_hours_lost"] == 0 and cost["open"] == []
 
 
+def test_a_stalled_job_costs_its_own_gpus_until_it_runs_again_and_the_node_nothing():
+    """Plan JOB_HANG does nothing to the node: only the job's GPUs count, from the remediation's start."""
+    stalled = dict(record("JOB_HANG", [phase("notify", FAULT + 3), phase("jobs", FAULT + 15)],
+                          jobs=[{"job_id": "9", "gpus": 4, "signalled": True, "fate": "requeued"}], since=None),
+                   plan={"name": "JOB_HANG", "acts": False})
+    cost = incident_cost(stalled, 8, {"9": {"state": "RUNNING", "start_time": FAULT + 362}}, now=FAULT + 400)
+    assert (cost["node_gpu_hours"], cost["back_in_service_at"], cost["open"]) == (0.0, FAULT + 2, [])
+    assert cost["waiting_gpu_hours"] == 0.4 and cost["gpu_hours_lost"] == 0.4
+
+
 def test_what_slurm_could_not_say_is_named_not_guessed():
     cost = incident_cost(record("RESTART_BM", [phase("replace", FAULT + 360, replacement="gpu-a-009")],
                                 jobs=[{"job_id": "9", "gpus": None, "signalled": False, "fate": "left"}]),

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube import remediation_objects as objects
-from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation import store as store_module
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.store import Policy, RemediationStore
 
 # Kubernetes' IsDNS1123Subdomain (no per-label cap there, unlike a node name of ours).
@@ -39,47 +38,6 @@ def test_the_singletons_never_read_as_a_node_and_old_names_still_do() -> None:
     assert objects.progress_node(objects.HISTORY_NAME) == ""
     assert objects.progress_node("gpufleet-remediation-gpu-a-001") == "gpu-a-001"
     assert objects.legacy_progress_name("breaker") is None
-
-
-class MemoryConfigMaps:
-    """The ConfigMaps of one namespace, behind our own ConfigMapStore interface."""
-
-    def __init__(self) -> None:
-        self.maps: Dict[str, Dict[str, str]] = {}
-        self.versions = 0
-
-    def store(self, _core, _namespace, name):
-        maps = self
-
-        class Store:
-            def __init__(self) -> None:
-                self.name = name
-
-            def read(self) -> Tuple[Dict[str, str], Optional[str]]:
-                return (dict(maps.maps[name]), "1") if name in maps.maps else ({}, None)
-
-            def read_json(self, key, default=None):
-                data, _version = self.read()
-                return json.loads(data[key]) if key in data else default
-
-            def update(self, change, write=True):
-                data, _version = self.read()
-                new, answer = change(dict(data))
-                if write and new is not None:
-                    maps.maps[name] = dict(new)
-                return answer
-
-            def delete(self) -> bool:
-                return maps.maps.pop(name, None) is not None
-
-        return Store()
-
-
-@pytest.fixture
-def configmaps(monkeypatch) -> MemoryConfigMaps:
-    memory = MemoryConfigMaps()
-    monkeypatch.setattr(store_module, "ConfigMapStore", memory.store)
-    return memory
 
 
 def progress(node: str) -> Dict[str, str]:

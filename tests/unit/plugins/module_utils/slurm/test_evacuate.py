@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.errors i
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.evacuate import (
     CANCELLED,
+    KEPT,
     LEFT,
     REQUEUED,
     EvacuationError,
@@ -316,6 +317,9 @@ def test_an_unknown_node_is_a_typed_error_and_nothing_runs():
     (dict(poll=0), "poll"),
     (dict(then="kill"), "then"),
     (dict(skip_signal=["--me"]), "skip_signal"),
+    (dict(job_ids=["7;id"]), "job_ids"),
+    (dict(job_ids=[]), "job_ids"),
+    (dict(only_requeueable="yes"), "only_requeueable"),
     (dict(state="drained"), "state"),
 ])
 def test_bad_input_names_the_field_and_asks_slurm_nothing(options, field):
@@ -356,6 +360,35 @@ def test_array_tasks_are_named_by_their_task_id(array_job_id, array_task_id, job
     job = job_from_json({"job_id": job_id, "array_job_id": array_job_id, "array_task_id": array_task_id,
                          "job_state": "RUNNING", "nodes": NODE})
     assert job.job_id == expected
+
+
+def test_job_ids_touch_those_jobs_alone_and_leave_the_nodes_others_running():
+    """A stalled job's remediation (JOB_HANG): that job is signalled, waited for and requeued; the
+    node's other jobs get no signal and keep running."""
+    clock = Clock()
+    slurm = FakeSlurm([Job("7"), Job("8"), Job("9", node="gpu-a-002")], clock)
+    result = run(slurm, grace=5, poll=1, job_ids=["8", "9"])
+    assert fates(result) == {"8": (True, REQUEUED, "PENDING")}
+    assert result["command"] == [["scancel", "--signal=TERM", "--full", "8"], ["scontrol", "requeue", "8"]]
+    assert {job.job_id: job.state for job in slurm.jobs_} == {"7": "RUNNING", "8": "PENDING", "9": "RUNNING"}
+    assert [job["job_id"] for job in slurm_jobs(slurm, NODE, "listed", job_ids=["7"])["jobs"]] == ["7"]
+    assert slurm_jobs(FakeSlurm([Job("7"), Job("8")], Clock()), NODE, "signalled", job_ids=["8"])["signalled"] == ["8"]
+
+
+def test_only_requeueable_leaves_a_job_that_may_not_be_requeued_untouched():
+    clock = Clock()
+    slurm = FakeSlurm([Job("7"), Job("8", requeue=False)], clock)
+    result = run(slurm, grace=2, poll=1, only_requeueable=True)
+    assert fates(result) == {"7": (True, REQUEUED, "PENDING"), "8": (False, KEPT, "RUNNING")}
+    assert [job["note"] for job in result["jobs"] if job["job_id"] == "8"] == [
+        "not requeueable: not signalled, requeued or cancelled; left to its owner"]
+    assert result["command"] == [["scancel", "--signal=TERM", "--full", "7"], ["scontrol", "requeue", "7"]]
+    assert [call[1][-1] for call in slurm.mutations()] == ["7", "7"]
+    alone = run(FakeSlurm([Job("8", requeue=False)], Clock()), only_requeueable=True)
+    assert alone["changed"] is False and fates(alone) == {"8": (False, KEPT, "RUNNING")}
+    signalled = slurm_jobs(FakeSlurm([Job("7"), Job("8", requeue=False)], Clock()), NODE, "signalled",
+                           only_requeueable=True)
+    assert signalled["signalled"] == ["7"]
 
 
 def test_signalled_only_signals_and_does_not_wait():
