@@ -22,60 +22,8 @@ description:
     is valid now and for O(min_days) more. A stale key or a stale issuer makes the certificate stale.
   - Never writes anything and never returns key material.
 author: gpufleet.resilience contributors (@gpufleet)
-options:
-  certificates:
-    description: The wanted keys and certificates, each CA before the certificates it signs.
-    type: list
-    elements: dict
-    required: true
-    suboptions:
-      name:
-        description: Name of the entry, as the results list it.
-        type: str
-        required: true
-      key:
-        description: Path of the private key.
-        type: path
-        required: true
-      cert:
-        description: Path of the certificate.
-        type: path
-        required: true
-      common_name:
-        description: The subject's CN.
-        type: str
-        required: true
-      organization:
-        description: The subject's O, if any.
-        type: str
-      san:
-        description: Subject alternative names, as V(DNS:name) or V(IP:address).
-        type: list
-        elements: str
-        default: []
-      extended_usage:
-        description: Extended key usages (V(serverAuth), V(clientAuth)).
-        type: list
-        elements: str
-        default: []
-      key_usage:
-        description:
-          - Key usages the certificate must have (V(digitalSignature), V(keyEncipherment), V(keyCertSign),
-            V(cRLSign)).
-        type: list
-        elements: str
-        default: []
-      ca:
-        description: Whether it is a CA certificate.
-        type: bool
-        default: false
-      issuer:
-        description: O(certificates[].name) of the CA that signs it; none for a self-signed one.
-        type: str
-  min_days:
-    description: A certificate valid for fewer days than this is issued again.
-    type: float
-    default: 30
+extends_documentation_fragment:
+  - gpufleet.resilience.lab_pki
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -83,8 +31,6 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
-requirements:
-  - cryptography
 """
 
 EXAMPLES = r"""
@@ -118,50 +64,13 @@ reasons:
   sample: {apiserver: "certificate /lab/kube/apiserver.crt has SANs ['DNS:localhost'], not ['DNS:localhost', 'IP:::1']"}
 """
 
-import math
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import assess, parse
-
-try:
-    import cryptography  # noqa: F401  pylint: disable=unused-import
-    HAS_CRYPTOGRAPHY = True
-except ImportError:
-    HAS_CRYPTOGRAPHY = False
-
-
-def argspec():
-    return dict(
-        certificates=dict(type="list", elements="dict", required=True, options=dict(
-            name=dict(type="str", required=True),
-            key=dict(type="path", required=True, no_log=False),
-            cert=dict(type="path", required=True),
-            common_name=dict(type="str", required=True),
-            organization=dict(type="str"),
-            san=dict(type="list", elements="str", default=[]),
-            extended_usage=dict(type="list", elements="str", default=[]),
-            key_usage=dict(type="list", elements="str", default=[]),
-            ca=dict(type="bool", default=False),
-            issuer=dict(type="str"),
-        )),
-        min_days=dict(type="float", default=30),
-    )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
-    if not HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib("cryptography"))
-    min_days = module.params["min_days"]
-    if not math.isfinite(min_days) or not 0 <= min_days <= 36500:
-        module.fail_json(msg="min_days: must be a number of days from 0 to 36500, got %r" % min_days)
-    try:
-        found = assess(parse(module.params["certificates"]), min_days)
-    except FieldError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **found)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), write=False)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""Which of the lab's keys and certificates must be (re)issued: all of them read in one run.
+"""The lab's keys and certificates: which must be (re)issued (``assess``), and issuing them (``issue``),
+each in one module run for all of them.
 
-The roles issue keys and certificates with community.crypto, a module run per key, per CSR and
-per signature. On a rerun nearly all of them are current; ``assess`` says which are not, so the
-roles run those steps for these alone. A certificate is current when its file and its key's
+community.crypto made them with a module run per key, per CSR and per signature: about 30 runs and
+20 s of CPU for a new lab's control plane, once per lab the tests bring up. ``issue`` makes the same
+keys and certificates with ``cryptography`` (community.crypto's own backend) in one run, and
+``assess`` reads them back in one run: on a rerun nearly all are current and nothing is written. A
+certificate is current when its file and its key's
 file are there with their modes, the key is an ECDSA P-256 key, the certificate holds that key's
 public half, its issuer (the CA named by ``issuer``, or itself) signed it, its subject, SANs, key
 usages and CA flag are those wanted, and it is valid now and for ``min_days`` more. A stale issuer
@@ -23,6 +26,29 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+
+try:
+    import cryptography  # noqa: F401  pylint: disable=unused-import
+    HAS_CRYPTOGRAPHY = True
+except ImportError:
+    HAS_CRYPTOGRAPHY = False
+
+# The options of lab_pki_info and lab_pki (doc fragment gpufleet.resilience.lab_pki).
+ARGUMENT_SPEC: Dict[str, Any] = dict(
+    certificates=dict(type="list", elements="dict", required=True, options=dict(
+        name=dict(type="str", required=True),
+        key=dict(type="path", required=True, no_log=False),
+        cert=dict(type="path", required=True),
+        common_name=dict(type="str", required=True),
+        organization=dict(type="str"),
+        san=dict(type="list", elements="str", default=[]),
+        extended_usage=dict(type="list", elements="str", default=[]),
+        key_usage=dict(type="list", elements="str", default=[]),
+        ca=dict(type="bool", default=False),
+        issuer=dict(type="str"),
+    )),
+    min_days=dict(type="float", default=30),
+)
 
 KEY_MODE = 0o600
 CERT_MODE = 0o644
@@ -111,6 +137,12 @@ def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]
             raise FieldError("%s[%d].issuer" % (field, index), "%r must come before the certificates it signs"
                              % spec.issuer)
     return specs
+
+
+def check_min_days(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 36500:
+        raise FieldError("min_days", "must be a number of days from 0 to 36500, got %r" % (value,))
+    return float(value)
 
 
 def _mode_ok(path: str, mode: int) -> Optional[str]:
@@ -257,3 +289,138 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
             certs.append(spec.name)
             reasons[spec.name] = "certificate " + problem
     return {"keys": keys, "certificates": certs, "reasons": reasons}
+
+
+# What ``issue`` writes (community.crypto's defaults for what the roles asked of it): an ECDSA P-256
+# key in PEM (the "EC PRIVATE KEY" form), certificates valid from now for VALID_DAYS, signed with
+# ECDSA-SHA256, with a subject key identifier and (when a CA signs them) its authority key identifier.
+VALID_DAYS = 3650
+
+
+def _write(path: str, data: bytes, mode: int) -> None:
+    """Write ``data`` beside ``path`` with ``mode`` from the start, then rename it over: a reader never
+    sees half a key, and a key is never readable by others, not even for a moment."""
+    temporary = "%s.tmp-%d" % (path, os.getpid())
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(handle, data)
+        os.fchmod(handle, mode)
+    finally:
+        os.close(handle)
+    os.replace(temporary, path)
+
+
+def _new_key(spec: CertSpec):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    _write(spec.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                       serialization.NoEncryption()), KEY_MODE)
+    return key
+
+
+def _build(spec: CertSpec, key, issuer_cert, issuer_key, now: datetime.datetime):
+    """The certificate of ``spec`` for ``key``, signed by ``issuer_key`` (None: by ``key``, self-signed)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, spec.common_name)]
+    if spec.organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, spec.organization))
+    subject = x509.Name(attributes)
+    usage = set(spec.key_usage)
+    start = now.replace(microsecond=0)
+    builder = (x509.CertificateBuilder()
+               .subject_name(subject)
+               .issuer_name(issuer_cert.subject if issuer_cert is not None else subject)
+               .public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(start)
+               .not_valid_after(start + datetime.timedelta(days=VALID_DAYS))
+               # A CA's constraints and key usage are critical, a leaf's not (as the roles' CSRs had them).
+               .add_extension(x509.BasicConstraints(ca=spec.ca, path_length=None), critical=spec.ca)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    if usage:
+        builder = builder.add_extension(x509.KeyUsage(
+            digital_signature="digitalSignature" in usage, content_commitment=False,
+            key_encipherment="keyEncipherment" in usage, data_encipherment=False, key_agreement=False,
+            key_cert_sign="keyCertSign" in usage, crl_sign="cRLSign" in usage, encipher_only=False,
+            decipher_only=False), critical=spec.ca)
+    if spec.extended_usage:
+        oids = {"serverAuth": ExtendedKeyUsageOID.SERVER_AUTH, "clientAuth": ExtendedKeyUsageOID.CLIENT_AUTH}
+        builder = builder.add_extension(x509.ExtendedKeyUsage([oids[name] for name in spec.extended_usage]),
+                                        critical=False)
+    if spec.san:
+        names = [x509.IPAddress(ipaddress.ip_address(value)) if kind == "IP" else x509.DNSName(value)
+                 for kind, _sep, value in (item.partition(":") for item in spec.san)]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if issuer_cert is not None:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_cert.public_key()), critical=False)
+    return builder.sign(issuer_key if issuer_key is not None else key, hashes.SHA256())
+
+
+def issue(specs: Sequence[CertSpec], found: Mapping[str, Any], now: Optional[datetime.datetime] = None,
+          check_mode: bool = False) -> Dict[str, Any]:
+    """Make the keys and issue the certificates that ``assess`` found (``found``), in the specs' order,
+    so that a CA is issued before what it signs. Returns what was (in check mode: would be) made."""
+    from cryptography.hazmat.primitives import serialization
+
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    made = {"keys": list(found["keys"]), "certificates": list(found["certificates"])}
+    if check_mode:
+        return made
+    by_name = {spec.name: spec for spec in specs}
+    keys: Dict[str, Any] = {}
+    certs: Dict[str, Any] = {}
+
+    def key_of(spec: CertSpec):
+        if spec.name not in keys:
+            keys[spec.name] = _new_key(spec) if spec.name in found["keys"] else _load_key(spec.key)
+        return keys[spec.name]
+
+    def cert_of(spec: CertSpec):
+        if spec.name not in certs:
+            certs[spec.name] = _load_cert(spec.cert)
+        return certs[spec.name]
+
+    for spec in specs:
+        if spec.name in found["keys"]:
+            key_of(spec)
+        if spec.name not in found["certificates"]:
+            continue
+        issuer = by_name[spec.issuer] if spec.issuer is not None else None
+        cert = _build(spec, key_of(spec), cert_of(issuer) if issuer else None, key_of(issuer) if issuer else None,
+                      now)
+        _write(spec.cert, cert.public_bytes(serialization.Encoding.PEM), CERT_MODE)
+        certs[spec.name] = cert
+    return made
+
+
+def answer(params: Mapping[str, Any], write: bool, check_mode: bool = False) -> Dict[str, Any]:
+    """What lab_pki_info (``write=False``: which keys and certificates are stale) and lab_pki (makes
+    them, in check mode says so) return for their options. FieldError names a bad one."""
+    specs = parse(params["certificates"])
+    found = assess(specs, check_min_days(params["min_days"]))
+    if not write:
+        return dict(changed=False, **found)
+    made = issue(specs, found, check_mode=check_mode)
+    return dict(changed=bool(made["keys"] or made["certificates"]), reasons=found["reasons"], **made)
+
+
+def run_module(module: Any, write: bool) -> None:
+    """The main of lab_pki_info (``write=False``) and lab_pki, given their AnsibleModule: answer, or fail
+    naming the bad option."""
+    from ansible.module_utils.basic import missing_required_lib
+
+    if not HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib("cryptography"))
+    try:
+        result = answer(module.params, write=write, check_mode=module.check_mode)
+    except FieldError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg="writing the lab's keys and certificates failed: %s" % exc)
+    module.exit_json(**result)

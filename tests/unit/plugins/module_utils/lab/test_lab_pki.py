@@ -1,13 +1,18 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """lab_pki_info's assessment: current certificates need nothing; a missing or loose key, another CA,
-other SANs, a near expiry each mark exactly the certificates they concern; bad input names the field."""
+other SANs, a near expiry each mark exactly the certificates they concern; bad input names the field.
+lab_pki's issuing: what it makes assesses current, serves TLS, and a rerun writes nothing."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 import os
+import socket
+import ssl
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import assess, parse
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import assess, issue, parse
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
@@ -141,3 +146,77 @@ def test_lab_pki_bad_entry_names_the_field(tmp_path, change, field):
     with pytest.raises(FieldError) as raised:
         parse(entries)
     assert raised.value.field == field
+
+
+# -- issuing (lab_pki) -------------------------------------------------------------------------------
+def issue_all(path: Path, now=NOW, check_mode=False):
+    specs = parse(wanted(path))
+    return issue(specs, assess(specs, now=now), now=now, check_mode=check_mode)
+
+
+def files(path: Path):
+    return {entry.name: (entry.read_bytes(), stat.S_IMODE(entry.stat().st_mode)) for entry in sorted(path.iterdir())}
+
+
+def test_a_new_lab_gets_every_key_and_certificate_and_then_needs_nothing(tmp_path):
+    made = issue_all(tmp_path)
+    assert made == {"keys": ["ca", "apiserver", "admin"], "certificates": ["ca", "apiserver", "admin"]}
+    assert assess(parse(wanted(tmp_path)), now=NOW) == {"keys": [], "certificates": [], "reasons": {}}
+    modes = {name: mode for name, (_data, mode) in files(tmp_path).items()}
+    assert modes == {"admin.crt": 0o644, "admin.key": 0o600, "apiserver.crt": 0o644, "apiserver.key": 0o600,
+                     "ca.crt": 0o644, "ca.key": 0o600}
+    before = files(tmp_path)
+    assert issue_all(tmp_path) == {"keys": [], "certificates": []} and files(tmp_path) == before
+    # What the community.crypto steps made: a CA with critical constraints and usages, leaves it signed
+    # with their SANs and usages, key identifiers that chain.
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    api = x509.load_pem_x509_certificate((tmp_path / "apiserver.crt").read_bytes())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).critical
+    assert ca.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
+    assert api.issuer == ca.subject and not api.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert (api.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier
+            == ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest)
+    assert (api.not_valid_after_utc - api.not_valid_before_utc).days == 3650
+    assert (tmp_path / "ca.key").read_bytes().startswith(b"-----BEGIN EC PRIVATE KEY-----")
+
+
+def test_what_it_issues_serves_tls_with_pythons_ssl(tmp_path):
+    issue_all(tmp_path, now=datetime.datetime.now(datetime.timezone.utc))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(str(tmp_path / "apiserver.crt"), str(tmp_path / "apiserver.key"))
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    client.load_cert_chain(str(tmp_path / "admin.crt"), str(tmp_path / "admin.key"))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        accepted = {}
+
+        def serve():
+            conn, _addr = listener.accept()
+            with server.wrap_socket(conn, server_side=True) as tls:
+                accepted["version"] = tls.version()
+
+        thread = threading.Thread(target=serve, name="gpufleet-test-tls", daemon=True)
+        thread.start()
+        raw = socket.create_connection(("127.0.0.1", port))
+        with client.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.getpeercert()["subject"] == ((("commonName", "kube-apiserver"),),)
+        thread.join(5)
+    assert accepted["version"].startswith("TLS")
+
+
+def test_a_stale_certificate_is_issued_again_alone_and_a_new_ca_issues_all_it_signed(lab):
+    write_cert(lab["path"] / "apiserver.crt", lab["api_key"], "kube-apiserver", lab["ca_key"], lab["ca"].subject,
+               san=("DNS:localhost",))
+    before = files(lab["path"])
+    assert issue_all(lab["path"]) == {"keys": [], "certificates": ["apiserver"]}
+    after = files(lab["path"])
+    assert [name for name in after if after[name] != before[name]] == ["apiserver.crt"]
+    (lab["path"] / "ca.key").unlink()
+    assert issue_all(lab["path"]) == {"keys": ["ca"], "certificates": ["ca", "apiserver", "admin"]}
+    assert assess(parse(wanted(lab["path"])), now=NOW)["certificates"] == []
+
+
+def test_check_mode_says_what_it_would_make_and_writes_nothing(tmp_path):
+    assert issue_all(tmp_path, check_mode=True) == {"keys": ["ca", "apiserver", "admin"],
+                                                    "certificates": ["ca", "apiserver", "admin"]}
+    assert list(tmp_path.iterdir()) == []

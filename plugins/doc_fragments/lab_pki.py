@@ -1,0 +1,67 @@
+# Copyright: (c) 2026, gpufleet.resilience contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # The lab's keys and certificates, as lab_pki_info reads them and lab_pki issues them
+    # (module_utils/lab/pki.py ARGUMENT_SPEC).
+    DOCUMENTATION = r"""
+options:
+  certificates:
+    description: The wanted keys and certificates, each CA before the certificates it signs.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Name of the entry, as the results list it.
+        type: str
+        required: true
+      key:
+        description: Path of the private key.
+        type: path
+        required: true
+      cert:
+        description: Path of the certificate.
+        type: path
+        required: true
+      common_name:
+        description: The subject's CN.
+        type: str
+        required: true
+      organization:
+        description: The subject's O, if any.
+        type: str
+      san:
+        description: Subject alternative names, as V(DNS:name) or V(IP:address).
+        type: list
+        elements: str
+        default: []
+      extended_usage:
+        description: Extended key usages (V(serverAuth), V(clientAuth)).
+        type: list
+        elements: str
+        default: []
+      key_usage:
+        description:
+          - Key usages the certificate must have (V(digitalSignature), V(keyEncipherment), V(keyCertSign),
+            V(cRLSign)).
+        type: list
+        elements: str
+        default: []
+      ca:
+        description: Whether it is a CA certificate.
+        type: bool
+        default: false
+      issuer:
+        description: O(certificates[].name) of the CA that signs it; none for a self-signed one.
+        type: str
+  min_days:
+    description: A certificate valid for fewer days than this is issued again.
+    type: float
+    default: 30
+requirements:
+  - cryptography
+"""
