@@ -324,7 +324,7 @@ def _build(spec: CertSpec, key, issuer_cert, issuer_key, now: datetime.datetime)
     """The certificate of ``spec`` for ``key``, signed by ``issuer_key`` (None: by ``key``, self-signed)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.x509.oid import NameOID
 
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, spec.common_name)]
     if spec.organization:
@@ -349,9 +349,8 @@ def _build(spec: CertSpec, key, issuer_cert, issuer_key, now: datetime.datetime)
             key_cert_sign="keyCertSign" in usage, crl_sign="cRLSign" in usage, encipher_only=False,
             decipher_only=False), critical=spec.ca)
     if spec.extended_usage:
-        oids = {"serverAuth": ExtendedKeyUsageOID.SERVER_AUTH, "clientAuth": ExtendedKeyUsageOID.CLIENT_AUTH}
-        builder = builder.add_extension(x509.ExtendedKeyUsage([oids[name] for name in spec.extended_usage]),
-                                        critical=False)
+        oids = [x509.ObjectIdentifier(EXTENDED_USAGES[name]) for name in spec.extended_usage]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(oids), critical=False)
     if spec.san:
         names = [x509.IPAddress(ipaddress.ip_address(value)) if kind == "IP" else x509.DNSName(value)
                  for kind, _sep, value in (item.partition(":") for item in spec.san)]
