@@ -28,9 +28,8 @@ options:
         type: path
         required: true
       common_name:
-        description: The subject's CN.
+        description: The subject's CN; required unless O(certificates[].read_only).
         type: str
-        required: true
       organization:
         description: The subject's O, if any.
         type: str
@@ -58,6 +57,15 @@ options:
       issuer:
         description: O(certificates[].name) of the CA that signs it; none for a self-signed one.
         type: str
+      read_only:
+        description:
+          - The entry is made elsewhere (another role's CA) and only read, as the issuer of the entries that
+            name it; its key and certificate are never written.
+          - Its key and certificate must load, match, be a CA and be valid now (its subject and usages are
+            not compared); otherwise M(gpufleet.resilience.lab_pki) fails and writes nothing, and in check
+            mode reports what it signs as to be issued.
+        type: bool
+        default: false
   min_days:
     description: A certificate valid for fewer days than this is issued again.
     type: float

@@ -39,13 +39,14 @@ ARGUMENT_SPEC: Dict[str, Any] = dict(
         name=dict(type="str", required=True),
         key=dict(type="path", required=True, no_log=False),
         cert=dict(type="path", required=True),
-        common_name=dict(type="str", required=True),
+        common_name=dict(type="str"),
         organization=dict(type="str"),
         san=dict(type="list", elements="str", default=[]),
         extended_usage=dict(type="list", elements="str", default=[]),
         key_usage=dict(type="list", elements="str", default=[]),
         ca=dict(type="bool", default=False),
         issuer=dict(type="str"),
+        read_only=dict(type="bool", default=False),
     )),
     min_days=dict(type="float", default=30),
 )
@@ -74,6 +75,8 @@ class CertSpec:
     key_usage: Tuple[str, ...] = ()
     ca: bool = False
     issuer: Optional[str] = None
+    # Made by another role (the kubernetes role's lab CA): read as an issuer, never written.
+    read_only: bool = False
 
 
 def _strings(value: Any, field: str) -> Tuple[str, ...]:
@@ -94,7 +97,10 @@ def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]
         where = "%s[%d]" % (field, index)
         if not isinstance(entry, Mapping):
             raise FieldError(where, "must be a mapping")
-        for key in ("name", "key", "cert", "common_name"):
+        read_only = entry.get("read_only", False)
+        if not isinstance(read_only, bool):
+            raise FieldError(where + ".read_only", "must be true or false")
+        for key in ("name", "key", "cert") + (() if read_only else ("common_name",)):
             if not isinstance(entry.get(key), str) or not entry.get(key):
                 raise FieldError("%s.%s" % (where, key), "is required (a non-empty string)")
         for key in ("key", "cert"):
@@ -127,9 +133,13 @@ def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]
         if not isinstance(ca, bool):
             raise FieldError(where + ".ca", "must be true or false")
         issuer = entry.get("issuer") or None
+        if read_only and issuer is not None:
+            raise FieldError(where + ".issuer", "a read_only entry is only read, so it names no issuer")
         specs.append(CertSpec(name=entry["name"], key=entry["key"], cert=entry["cert"],
-                              common_name=entry["common_name"], organization=entry.get("organization") or None,
-                              san=san, extended_usage=usages, key_usage=key_usage, ca=ca, issuer=issuer))
+                              common_name=entry.get("common_name") or "",
+                              organization=entry.get("organization") or None,
+                              san=san, extended_usage=usages, key_usage=key_usage, ca=ca, issuer=issuer,
+                              read_only=read_only))
     for index, spec in enumerate(specs):
         if spec.issuer is not None and spec.issuer not in names:
             raise FieldError("%s[%d].issuer" % (field, index), "%r names no entry of %s" % (spec.issuer, field))
@@ -246,6 +256,28 @@ def _cert_problem(spec: CertSpec, cert, key, issuer_cert, now: datetime.datetime
     return None
 
 
+def _issuer_problem(spec: CertSpec, now: datetime.datetime, loaded: Dict[str, Any]) -> Optional[str]:
+    """Why a read_only entry (another role's CA) cannot sign, or None (its certificate then in ``loaded``):
+    its key and certificate must load, match, be a CA and be valid now. Its subject and usages are its
+    maker's business."""
+    from cryptography import x509
+
+    try:
+        key = _load_key(spec.key)
+        cert = _load_cert(spec.cert)
+    except (OSError, ValueError, TypeError) as exc:
+        return "read-only issuer: %s" % exc
+    if _public_bytes(cert.public_key()) != _public_bytes(key.public_key()):
+        return "read-only issuer: %s does not hold the public half of %s" % (spec.cert, spec.key)
+    constraints = _extension(cert, x509.BasicConstraints)
+    if constraints is None or not constraints.ca:
+        return "read-only issuer: %s is not a CA" % spec.cert
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        return "read-only issuer: %s is not valid now" % spec.cert
+    loaded[spec.name] = cert
+    return None
+
+
 def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
            now: Optional[datetime.datetime] = None) -> Dict[str, Any]:
     """Read every key and certificate: {"keys": names whose key must be made (missing, unreadable,
@@ -256,7 +288,14 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
     certs: List[str] = []
     reasons: Dict[str, str] = {}
     loaded: Dict[str, Any] = {}
+    read_only_names = {spec.name: spec.read_only for spec in specs}
     for spec in specs:
+        if spec.read_only:
+            problem = _issuer_problem(spec, now, loaded)
+            if problem is not None:
+                certs.append(spec.name)
+                reasons[spec.name] = problem
+            continue
         problem = _mode_ok(spec.key, KEY_MODE)
         key = None
         if problem is None:
@@ -271,7 +310,8 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
             continue
         if spec.issuer is not None and spec.issuer in certs:
             certs.append(spec.name)
-            reasons[spec.name] = "its issuer %s is issued again" % spec.issuer
+            reasons[spec.name] = "its issuer %s is %s" % (
+                spec.issuer, "not usable" if read_only_names.get(spec.issuer) else "issued again")
             continue
         problem = _mode_ok(spec.cert, CERT_MODE)
         if problem is None:
@@ -289,6 +329,10 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
             certs.append(spec.name)
             reasons[spec.name] = "certificate " + problem
     return {"keys": keys, "certificates": certs, "reasons": reasons}
+
+
+class PkiError(Exception):
+    """A read_only issuer cannot sign: nothing is written."""
 
 
 # What ``issue`` writes (community.crypto's defaults for what the roles asked of it): an ECDSA P-256
@@ -368,9 +412,15 @@ def issue(specs: Sequence[CertSpec], found: Mapping[str, Any], now: Optional[dat
     from cryptography.hazmat.primitives import serialization
 
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    made = {"keys": list(found["keys"]), "certificates": list(found["certificates"])}
+    read_only = {spec.name for spec in specs if spec.read_only}
+    made = {"keys": [name for name in found["keys"] if name not in read_only],
+            "certificates": [name for name in found["certificates"] if name not in read_only]}
     if check_mode:
         return made
+    unusable = [name for name in found["certificates"] if name in read_only]
+    if unusable:
+        raise PkiError("; ".join("%s: %s" % (name, found["reasons"][name]) for name in unusable)
+                       + " (made elsewhere: it is read, never written)")
     by_name = {spec.name: spec for spec in specs}
     keys: Dict[str, Any] = {}
     certs: Dict[str, Any] = {}
@@ -386,6 +436,8 @@ def issue(specs: Sequence[CertSpec], found: Mapping[str, Any], now: Optional[dat
         return certs[spec.name]
 
     for spec in specs:
+        if spec.read_only:
+            continue
         if spec.name in found["keys"]:
             key_of(spec)
         if spec.name not in found["certificates"]:
@@ -418,7 +470,7 @@ def run_module(module: Any, write: bool) -> None:
         module.fail_json(msg=missing_required_lib("cryptography"))
     try:
         result = answer(module.params, write=write, check_mode=module.check_mode)
-    except FieldError as exc:
+    except (FieldError, PkiError) as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg="writing the lab's keys and certificates failed: %s" % exc)

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import assess, issue, parse
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import PkiError, assess, issue, parse
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
@@ -139,6 +139,10 @@ def test_lab_pki_near_expiry_is_stale(lab):
     (lambda entries: entries[2].update(key="admin.key"), "certificates[2].key"),
     (lambda entries: entries[2].update(name="ca"), "certificates[2].name"),
     (lambda entries: entries[0].update(issuer="admin"), "certificates[0].issuer"),
+    (lambda entries: entries[1].pop("common_name"), "certificates[1].common_name"),
+    (lambda entries: entries[0].update(read_only="yes"), "certificates[0].read_only"),
+    (lambda entries: entries.insert(0, {"name": "root", "key": "/r.key", "cert": "/r.crt", "read_only": True})
+     or entries[1].update(read_only=True, issuer="root"), "certificates[1].issuer"),
 ])
 def test_lab_pki_bad_entry_names_the_field(tmp_path, change, field):
     entries = wanted(tmp_path)
@@ -220,3 +224,54 @@ def test_check_mode_says_what_it_would_make_and_writes_nothing(tmp_path):
     assert issue_all(tmp_path, check_mode=True) == {"keys": ["ca", "apiserver", "admin"],
                                                     "certificates": ["ca", "apiserver", "admin"]}
     assert list(tmp_path.iterdir()) == []
+
+
+# -- a CA made elsewhere (read_only) -------------------------------------------------------------------
+def leaves_of_a_read_only_ca(path: Path):
+    """The health agents' case: the kubernetes role's CA, read only, then client certificates it signs."""
+    return [{"name": "lab CA", "key": str(path / "ca.key"), "cert": str(path / "ca.crt"), "read_only": True}] + [
+        {"name": node, "key": str(path / (node + ".key")), "cert": str(path / (node + ".crt")),
+         "common_name": "gpufleet:health-agent:" + node, "organization": "gpufleet:health-agents",
+         "extended_usage": ["clientAuth"], "key_usage": ["digitalSignature"], "issuer": "lab CA"}
+        for node in ("gpu-0", "gpu-1")]
+
+
+def test_a_read_only_ca_signs_the_missing_certificates_and_is_never_written(lab):
+    before = files(lab["path"])
+    specs = parse(leaves_of_a_read_only_ca(lab["path"]))
+    made = issue(specs, assess(specs, now=NOW), now=NOW)
+    assert made == {"keys": ["gpu-0", "gpu-1"], "certificates": ["gpu-0", "gpu-1"]}
+    after = files(lab["path"])
+    assert {name: after[name] for name in before} == before
+    gpu0 = x509.load_pem_x509_certificate((lab["path"] / "gpu-0.crt").read_bytes())
+    assert gpu0.issuer == lab["ca"].subject
+    assert gpu0.subject.rfc4514_string() == "O=gpufleet:health-agents,CN=gpufleet:health-agent:gpu-0"
+    assert assess(specs, now=NOW) == {"keys": [], "certificates": [], "reasons": {}}
+    # Its CA changes (a new lab): what it signed is issued again, the CA is still not written.
+    ca_key = write_key(lab["path"] / "ca.key")
+    write_cert(lab["path"] / "ca.crt", ca_key, "lab-ca", ca=True)
+    found = assess(specs, now=NOW)
+    assert found["certificates"] == ["gpu-0", "gpu-1"] and "not signed by lab CA" in found["reasons"]["gpu-0"]
+    assert issue(specs, found, now=NOW) == {"keys": [], "certificates": ["gpu-0", "gpu-1"]}
+    assert assess(specs, now=NOW)["certificates"] == []
+
+
+@pytest.mark.parametrize("breakage, reason", [
+    (lambda path: (path / "ca.key").unlink(), "No such file"),
+    (lambda path: write_key(path / "ca.key"), "does not hold the public half"),
+    (lambda path: write_cert(path / "ca.crt", serialization.load_pem_private_key(
+        (path / "ca.key").read_bytes(), password=None), "lab-ca"), "is not a CA"),
+])
+def test_an_unusable_read_only_ca_fails_and_nothing_is_written(lab, breakage, reason):
+    specs = parse(leaves_of_a_read_only_ca(lab["path"]))
+    issue(specs, assess(specs, now=NOW), now=NOW)
+    breakage(lab["path"])
+    before = files(lab["path"])
+    found = assess(specs, now=NOW)
+    assert found["keys"] == [] and found["certificates"] == ["lab CA", "gpu-0", "gpu-1"]
+    assert reason in found["reasons"]["lab CA"] and found["reasons"]["gpu-0"] == "its issuer lab CA is not usable"
+    # A dry run (the CA's role made nothing yet either) says what a real run would issue, never the CA.
+    assert issue(specs, found, now=NOW, check_mode=True) == {"keys": [], "certificates": ["gpu-0", "gpu-1"]}
+    with pytest.raises(PkiError, match=r"lab CA: read-only issuer.*never written"):
+        issue(specs, found, now=NOW)
+    assert files(lab["path"]) == before
