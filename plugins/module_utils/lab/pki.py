@@ -191,6 +191,11 @@ def _public_bytes(public_key) -> bytes:
     return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
+def _holds(cert, key) -> bool:
+    """Whether ``cert`` holds the public half of ``key``."""
+    return _public_bytes(cert.public_key()) == _public_bytes(key.public_key())
+
+
 def _signed_by(cert, issuer_cert) -> bool:
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -218,7 +223,7 @@ def _cert_problem(spec: CertSpec, cert, key, issuer_cert, now: datetime.datetime
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
-    if _public_bytes(cert.public_key()) != _public_bytes(key.public_key()):
+    if not _holds(cert, key):
         return "does not hold the public half of %s" % spec.key
     if not _signed_by(cert, issuer_cert if issuer_cert is not None else cert):
         return "is not signed by %s" % (spec.issuer or "itself")
@@ -267,7 +272,7 @@ def _issuer_problem(spec: CertSpec, now: datetime.datetime, loaded: Dict[str, An
         cert = _load_cert(spec.cert)
     except (OSError, ValueError, TypeError) as exc:
         return "read-only issuer: %s" % exc
-    if _public_bytes(cert.public_key()) != _public_bytes(key.public_key()):
+    if not _holds(cert, key):
         return "read-only issuer: %s does not hold the public half of %s" % (spec.cert, spec.key)
     constraints = _extension(cert, x509.BasicConstraints)
     if constraints is None or not constraints.ca:
@@ -288,7 +293,7 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
     certs: List[str] = []
     reasons: Dict[str, str] = {}
     loaded: Dict[str, Any] = {}
-    read_only_names = {spec.name: spec.read_only for spec in specs}
+    read_only = {spec.name for spec in specs if spec.read_only}
     for spec in specs:
         if spec.read_only:
             problem = _issuer_problem(spec, now, loaded)
@@ -311,7 +316,7 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
         if spec.issuer is not None and spec.issuer in certs:
             certs.append(spec.name)
             reasons[spec.name] = "its issuer %s is %s" % (
-                spec.issuer, "not usable" if read_only_names.get(spec.issuer) else "issued again")
+                spec.issuer, "not usable" if spec.issuer in read_only else "issued again")
             continue
         problem = _mode_ok(spec.cert, CERT_MODE)
         if problem is None:
