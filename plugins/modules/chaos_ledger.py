@@ -86,6 +86,13 @@ rolled_back:
   type: list
   elements: dict
   returned: when state is stopped or expired
+problems:
+  description:
+    - The watchdog's (O(state=expired) with O(wait)) looks at the ledger that failed, each with its time and
+      error; it tried again two seconds later each time rather than end with the fault in place.
+  type: list
+  elements: str
+  returned: when a look failed
 completeness:
   description: Faults rolled back (and by the watchdog, by the kill switch) and faults still active.
   type: dict

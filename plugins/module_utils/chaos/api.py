@@ -52,6 +52,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect 
 POOL_LABEL = "gpufleet.io/pool"
 # DCGM's injected values expire; the watchdog injects them again this often while a fault is active.
 REINJECT_EVERY_S = 30.0
+# The watchdog's next look after one that failed (watch_expiry).
+WATCH_RETRY_S = 2.0
+# How long a drill has from its gate to its first injection (steady state, baseline, the watchdog's
+# start), beyond its duration: until then its watchdog and the warden leave it registered.
+INJECT_WITHIN_S = 120.0
 
 
 # -- families ----------------------------------------------------------------------------------
@@ -120,6 +125,12 @@ def ledger_store(params: Mapping[str, Any], kube: Any = None) -> Any:
 def _read(store: Any) -> ledger.Data:
     data, _version = store.read()
     return data
+
+
+def update_if(store: Any, change: Callable[[ledger.Data], Optional[ledger.Data]]) -> bool:
+    """One compare-and-swap write of ``change``, whose None means "nothing to write" (decided on the
+    data it would replace); True when it wrote."""
+    return bool(store.update(lambda data: (lambda new: (new, new is not None))(change(data))))
 
 
 def _holder() -> str:
@@ -313,7 +324,9 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
         "on_host": experiments.acts_on_host(experiment, resolved),
         "simulated": simulated, "missing": missing, "not_injected": not_injected, "started_at": now,
         "duration": float(params["duration"]),
-        "expires_at": now + float(params["duration"]), "holder": _holder(),
+        # Until its first injection the drill also has the time to get there (INJECT_WITHIN_S): a slow
+        # steady-state check must not let its watchdog end it before anything was injected.
+        "expires_at": now + float(params["duration"]) + INJECT_WITHIN_S, "holder": _holder(),
         "expectations": experiments.loop_expectations(experiment, resolved), "deadlines": deadlines,
         "abort_conditions": abort_conditions,
     }
@@ -481,7 +494,10 @@ def inject(params: Mapping[str, Any], check_mode: bool, now: Optional[float] = N
                  "expires_at": at + duration, "holder": _holder(),
                  # Where it was injected: its rollback acts there (revert_here).
                  "host": this_host(), "on_host": on_host}
-        store.update(lambda d, e=entry: (ledger.add_fault(d, e), None))
+        if not update_if(store, lambda d, e=entry: ledger.add_drill_fault(d, e)):
+            raise DrillRefused([{"field": "drill", "why": "drill %s is no longer in the chaos ledger: its expiry "
+                                 "passed before anything was injected (gate + duration + %.0f s), or the kill switch "
+                                 "ended it; nothing injected on %s" % (drill["id"], INJECT_WITHIN_S, node)}])
         try:
             undo = family.inject(spec, ctx)
         except FieldError:
@@ -594,8 +610,12 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
                                                            time.time()), None))
         result["changed"] = bool(before.get("on")) and not check_mode
     elif state == "expired":
-        result["rolled_back"] = watch_expiry(store, ctx, params.get("drill_id"), bool(params.get("wait")), sleep)
+        problems: List[str] = []
+        result["rolled_back"] = watch_expiry(store, ctx, params.get("drill_id"), bool(params.get("wait")), sleep,
+                                             problems=problems)
         result["changed"] = bool(result["rolled_back"]) and not check_mode
+        if problems:
+            result["problems"] = problems
     elif state == "finished":
         drill_id = params.get("drill_id")
         if not drill_id:
@@ -610,33 +630,56 @@ def ledger_state(params: Mapping[str, Any], check_mode: bool, now: Optional[floa
 
 
 def watch_expiry(store: Any, ctx: FaultContext, drill_id: Optional[str], wait: bool,
-                 sleep: Callable[[float], None]) -> List[Dict[str, Any]]:
+                 sleep: Callable[[float], None], clock: Callable[[], float] = time.time,
+                 problems: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     """Roll back the faults whose duration is over. With ``wait`` (the watchdog: an async task the
     drill starts right after its gate, before anything is injected) keep watching while the drill
-    is registered or has faults; a drill whose controller died is ended at its expiry."""
+    is registered or has faults; a drill whose controller died is ended at its expiry.
+
+    The watchdog is a safety rail: one failed look (the API server slow to answer under load, a
+    timeout) must not end it, or the fault stays until the chaos warden's grace has passed. It is
+    noted in ``problems`` and tried again ``WATCH_RETRY_S`` later, until the task's async limit.
+    Without ``wait`` (one look) the error is the caller's."""
     rolled: List[Dict[str, Any]] = []
     reinjected: Dict[str, float] = {}
     while True:
-        data = _read(store)
-        now = time.time()
-        # Only what this host may revert: a fault recorded on another host is its own watchdog's.
-        rolled += rollback_entries(store, [f for f in ledger.expired(data, now, drill_id) if revert_here(f)], ctx,
-                                   "expiry")
-        data = _read(store)
-        left = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
-        drill = ledger.drills(data).get(drill_id or "")
-        if drill and not left and drill.get("expires_at", now) <= now and not ctx.check_mode:
-            store.update(lambda d, i=drill["id"]: (ledger.remove_drill(d, i), None))
-            drill = None
-        if not wait or not (left or drill):
+        try:
+            pause = _watch_once(store, ctx, drill_id, wait, rolled, reinjected, clock)
+        except (GpufleetError, OSError) as exc:
+            if not wait:
+                raise
+            if problems is not None:
+                problems.append("at %.0f: %s" % (clock(), exc))
+            pause = WATCH_RETRY_S
+        if pause is None:
             return rolled
-        for entry in left:
-            if revert_here(entry):
-                reinject_expiring(entry, reinjected, now)
-        expiries = [f.get("expires_at", now) for f in left]
-        if drill:
-            expiries.append(drill.get("expires_at", now))
-        sleep(min(5.0, max(0.5, min(expiries) - time.time())))
+        sleep(pause)
+
+
+def _watch_once(store: Any, ctx: FaultContext, drill_id: Optional[str], wait: bool, rolled: List[Dict[str, Any]],
+                reinjected: Dict[str, float], clock: Callable[[], float]) -> Optional[float]:
+    """One look of the watchdog: roll back what expired. Returns the seconds until the next look,
+    or None when there is nothing left to watch."""
+    data = _read(store)
+    now = clock()
+    # Only what this host may revert: a fault recorded on another host is its own watchdog's.
+    rolled += rollback_entries(store, [f for f in ledger.expired(data, now, drill_id) if revert_here(f)], ctx,
+                               "expiry")
+    data = _read(store)
+    left = [f for f in ledger.faults(data).values() if drill_id is None or f.get("drill") == drill_id]
+    drill = ledger.drills(data).get(drill_id or "")
+    if drill and not left and drill.get("expires_at", now) <= now and not ctx.check_mode \
+            and update_if(store, lambda d, i=drill["id"]: ledger.end_if_empty(d, i, now)):
+        drill = None
+    if not wait or not (left or drill):
+        return None
+    for entry in left:
+        if revert_here(entry):
+            reinject_expiring(entry, reinjected, now)
+    expiries = [f.get("expires_at", now) for f in left]
+    if drill:
+        expiries.append(drill.get("expires_at", now))
+    return min(5.0, max(0.5, min(expiries) - clock()))
 
 
 def reinject_expiring(entry: Mapping[str, Any], last: Dict[str, float], now: float,

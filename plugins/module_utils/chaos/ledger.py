@@ -71,6 +71,31 @@ def remove_drills(data: Data) -> Data:
     return _put(data, "drills", {})
 
 
+def end_if_empty(data: Data, drill_id: str, now: float) -> Optional[Data]:
+    """End a drill whose expiry passed with no fault in the ledger; None (nothing to write) when it
+    is gone, not expired, or has a fault. Decided on the data the compare-and-swap write replaces, so
+    a fault its controller adds in the meantime keeps the drill (add_drill_fault is the other side)."""
+    drill = drills(data).get(drill_id)
+    if drill is None or drill.get("expires_at", now) > now:
+        return None
+    if any(f.get("drill") == drill_id for f in faults(data).values()):
+        return None
+    return remove_drill(data, drill_id)
+
+
+def add_drill_fault(data: Data, entry: Dict[str, Any]) -> Optional[Data]:
+    """Write a drill's fault before it is injected (add_fault); None when the drill is no longer
+    registered (ended at its expiry by a watchdog or the warden, or by the kill switch): nothing may
+    be injected for it. The drill's expiry becomes its faults' latest: until the first injection it
+    also allowed for the time to get there (api.INJECT_WITHIN_S)."""
+    drill = drills(data).get(entry["drill"])
+    if drill is None:
+        return None
+    armed = bool(drill.get("armed"))
+    expires_at = max(entry["expires_at"], drill["expires_at"]) if armed else entry["expires_at"]
+    return add_fault(add_drill(data, dict(drill, expires_at=expires_at, armed=True)), entry)
+
+
 def add_fault(data: Data, entry: Dict[str, Any]) -> Data:
     current = faults(data)
     current[entry["id"]] = dict(entry, state="injecting")

@@ -37,6 +37,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.api impo
     ledger_store,
     revert_here,
     rollback_entries,
+    update_if,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.args import (
     SLURM_SETTINGS,
@@ -57,10 +58,11 @@ def sweep(store: Any, ctx: FaultContext, now: float, grace: float) -> Dict[str, 
     rolled = rollback_entries(store, due, ctx, ROLLED_BACK_BY) if due else []
     data, _version = store.read()
     with_faults = {f.get("drill") for f in ledger.faults(data).values()}
-    ended = [drill_id for drill_id, drill in ledger.drills(data).items()
-             if drill.get("expires_at", now) <= now - grace and drill_id not in with_faults]
-    for drill_id in ended:
-        store.update(lambda d, i=drill_id: (ledger.remove_drill(d, i), None))
+    expired = [drill_id for drill_id, drill in ledger.drills(data).items()
+               if drill.get("expires_at", now) <= now - grace and drill_id not in with_faults]
+    # Ended in the write itself, only if still empty: a drill injecting right now keeps its registration.
+    ended = [drill_id for drill_id in expired
+             if update_if(store, lambda d, i=drill_id: ledger.end_if_empty(d, i, now - grace))]
     return {"rolled_back": rolled, "drills_ended": ended}
 
 

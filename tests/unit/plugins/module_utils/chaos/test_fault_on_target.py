@@ -53,6 +53,10 @@ def site(tmp_path, monkeypatch):
     def on(name, fqdn=None):
         host.update(name=name, fqdn=fqdn or name + ".example.com")
 
+    # The gate's registration, which an injection needs (a drill that is no longer registered is refused).
+    store = ledger.FileStore(str(tmp_path / "ledger.json"))
+    store.update(lambda data: (ledger.add_drill(data, {"id": drill()["id"], "targets": ["gpu-a-003", "gpu-a-004"],
+                                                       "expires_at": 4102444800.0}), None))
     return {"ledger_file": str(tmp_path / "ledger.json"), "family": family, "on": on}
 
 
@@ -210,3 +214,16 @@ def test_the_gate_tells_the_role_where_the_fault_runs(bare_metal):
     assert gated["drill"]["on_host"] is True
     gated = api.drill_gate(dict(bare_metal, experiment="checkpoint_kill", protected_job="42"), check_mode=True)
     assert gated["drill"]["on_host"] is False
+
+
+def test_an_injection_after_its_drill_was_ended_is_refused_and_writes_nothing(site):
+    """Its watchdog (or the warden) ended the drill at its expiry before anything was injected, or the
+    kill switch did: the injection is refused, naming the drill, and nothing is injected or recorded."""
+    site["on"]("gpu-a-003")
+    store = ledger.FileStore(site["ledger_file"])
+    store.update(lambda data: (ledger.remove_drill(data, drill()["id"]), None))
+    with pytest.raises(api.DrillRefused) as refused:
+        api.inject({"drill": drill(), "ledger_file": site["ledger_file"]}, check_mode=False)
+    assert refused.value.field == "drill" and "no longer in the chaos ledger" in str(refused.value)
+    assert not os.path.exists(site["family"].marker("gpu-a-003"))
+    assert ledger_faults(site) == {}

@@ -113,3 +113,78 @@ def test_bad_slurm_settings_are_refused_at_start_naming_the_field(tmp_path, caps
     assert warden.main(["--ledger-file", str(tmp_path / "l.json"), "--slurm-settings", settings, "--once"]) == 2
     refused = [line for line in capsys.readouterr().out.splitlines() if '"event": "refused"' in line]
     assert refused and '"field": "%s"' % field in refused[0], refused
+
+
+class FlakyStore:
+    """The ledger's file store behind an API server that fails the first ``fail`` reads."""
+
+    def __init__(self, store, fail):
+        self.store, self.fail = store, fail
+
+    def read(self):
+        if self.fail:
+            self.fail -= 1
+            raise api.GpufleetError("Kubernetes API server https://127.0.0.1:6443: read timed out")
+        return self.store.read()
+
+    def update(self, change, write=True):
+        return self.store.update(change, write)
+
+
+def test_the_watchdog_outlives_failed_looks_and_rolls_back_at_expiry(tmp_path, family):
+    """Under load a look at the ledger may time out: the watchdog notes it and looks again, rather
+    than end and leave the fault to the warden's grace."""
+    clock = [1000.0]
+    store = FlakyStore(store_with(tmp_path, [fault("f1", "d1", 1010.0)], [{"id": "d1", "expires_at": 1010.0}]), 3)
+    slept, problems = [], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock[0] += seconds
+
+    rolled = api.watch_expiry(store, FaultContext(), "d1", True, sleep, clock=lambda: clock[0], problems=problems)
+    assert [row["id"] for row in rolled] == ["f1"] and family.reverted == ["f1"]
+    assert slept[:3] == [api.WATCH_RETRY_S] * 3 and len(problems) == 3 and "read timed out" in problems[0]
+    data, _version = store.read()
+    assert [(h["id"], h["rolled_back_by"]) for h in ledger.history(data)] == [("f1", "expiry")]
+    assert ledger.drills(data) == {}  # the drill ended at its expiry, with its fault gone
+    assert 1010.0 <= clock[0] < 1010.0 + 5  # on the first look after its expiry
+
+
+def test_one_look_without_wait_raises_what_failed(tmp_path, family):
+    store = FlakyStore(store_with(tmp_path, [fault("f1", "d1", 900.0)], []), 1)
+    with pytest.raises(api.GpufleetError, match="read timed out"):
+        api.watch_expiry(store, FaultContext(), None, False, lambda s: None)
+    assert family.reverted == []
+
+
+def test_a_drill_slow_to_inject_is_kept_and_its_fault_expires_with_it(tmp_path, family):
+    """The gate registers a drill for duration + INJECT_WITHIN_S; its watchdog looks at gate + duration
+    and must not end it (a steady-state check slower than the duration, on a loaded machine). The
+    injection then sets the drill's expiry to its fault's, and the watchdog rolls the fault back then."""
+    gated, duration = 1000.0, 25.0
+    store = store_with(tmp_path, [], [{"id": "d1", "expires_at": gated + duration + api.INJECT_WITHIN_S}])
+    assert not api.update_if(store, lambda d: ledger.end_if_empty(d, "d1", gated + duration + 1))
+    assert warden.sweep(store, FaultContext(), gated + duration + 11, grace=10)["drills_ended"] == []
+    injected = gated + 40  # after the duration had passed since the gate
+    entry = fault("f1", "d1", injected + duration)
+    entry.pop("state")
+    assert api.update_if(store, lambda d: ledger.add_drill_fault(d, entry))
+    data, _version = store.read()
+    assert ledger.drills(data)["d1"]["expires_at"] == injected + duration  # the allowance is spent
+    assert ledger.faults(data)["f1"]["state"] == "injecting"
+    # A second target's fault, injected a moment later, keeps the drill until its own expiry.
+    second = dict(entry, id="f2", expires_at=injected + 1 + duration)
+    assert api.update_if(store, lambda d: ledger.add_drill_fault(d, second))
+    assert ledger.drills(store.read()[0])["d1"]["expires_at"] == injected + 1 + duration
+    # The drill has faults: neither an expired look nor the warden ends it under them.
+    assert not api.update_if(store, lambda d: ledger.end_if_empty(d, "d1", injected + 2 * duration))
+    assert warden.sweep(store, FaultContext(), injected + 5, grace=10) == {"rolled_back": [], "drills_ended": []}
+
+
+def test_an_injection_for_a_drill_no_longer_registered_writes_nothing(tmp_path):
+    store = store_with(tmp_path, [], [{"id": "d1", "expires_at": 900.0}])
+    assert api.update_if(store, lambda d: ledger.end_if_empty(d, "d1", 1000.0))  # ended at its expiry
+    assert not api.update_if(store, lambda d: ledger.add_drill_fault(d, fault("f1", "d1", 1100.0)))
+    data, _version = store.read()
+    assert ledger.faults(data) == {} and ledger.drills(data) == {}
