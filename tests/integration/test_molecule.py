@@ -1,10 +1,16 @@
-"""Each molecule scenario (converge, idempotence, verify, destroy) against the real lab daemons.
+"""Each molecule scenario (destroy, converge, verify, destroy; idempotence too where a backend runs
+nowhere else) against the real lab daemons.
+
+No `syntax` step: ansible-lint syntax-checks every scenario's playbooks (test_ansible_lint.py). No
+`idempotence` step for the roles whose lab backend is all a scenario converges (kubernetes, slurm,
+node_pool, monitoring): test_lab.py's one-click rerun runs each of them a second time on the session
+lab and asserts `changed=0`. health_agent (its systemd and daemonset backends) and storage (its PVC
+backend) keep theirs: one-click runs those backends nowhere. docs/testing.md has the time saved.
 
 The scenarios live in extensions/molecule/<role>/ and use their own lab directory and ports,
-so they run beside the session's test lab: they start in the background when the session's
-collection is done (lab_harness.Background, from the conftest), longest first, and each test
-waits for its own scenario, by then mostly finished. They wait on daemons as much as they
-compute, so they cost the foreground tests little.
+so they run beside the session's test lab: in one process they start in the background when the
+session's collection is done (lab_harness.Background, from the conftest), longest first, and each
+test waits for its own scenario; under xdist each is a unit of work of its own (tests/conftest.py).
 """
 
 from __future__ import annotations
