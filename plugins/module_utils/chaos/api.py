@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import (
     brakes,
@@ -130,7 +130,11 @@ def _read(store: Any) -> ledger.Data:
 def update_if(store: Any, change: Callable[[ledger.Data], Optional[ledger.Data]]) -> bool:
     """One compare-and-swap write of ``change``, whose None means "nothing to write" (decided on the
     data it would replace); True when it wrote."""
-    return bool(store.update(lambda data: (lambda new: (new, new is not None))(change(data))))
+    def write(data: ledger.Data) -> Tuple[Optional[ledger.Data], bool]:
+        new = change(data)
+        return new, new is not None
+
+    return bool(store.update(write))
 
 
 def _holder() -> str:

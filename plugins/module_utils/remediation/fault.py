@@ -17,6 +17,7 @@ condition, whose plan takes all its jobs off it.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -83,13 +84,38 @@ def fault_from_condition(condition: Optional[Mapping[str, Any]]) -> Optional[Fau
 def transition_time(condition: Mapping[str, Any]) -> Optional[float]:
     """A condition's ``lastTransitionTime`` in epoch seconds; None when absent or unreadable. The API
     serves ``2026-12-06T02:30:00Z``; the Python client's serialization gives ``...+00:00`` or a datetime."""
-    moment = condition.get("lastTransitionTime")
-    try:
-        if not isinstance(moment, datetime):
-            moment = datetime.fromisoformat(str(moment or "").replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return epoch_seconds(condition.get("lastTransitionTime"))
+
+
+def epoch_seconds(moment: Any) -> Optional[float]:
+    """An RFC 3339 time (a datetime, ``...Z``, ``...+00:00``; Alertmanager's has nine fraction digits,
+    more than Python's parser takes) in epoch seconds; None when absent or unreadable."""
+    if not isinstance(moment, datetime):
+        text = str(moment or "").replace("Z", "+00:00")
+        head, dot, tail = text.partition(".")
+        if dot:
+            digits = len(tail) - len(tail.lstrip("0123456789"))
+            text = head + "." + tail[:min(digits, 6)] + tail[digits:]
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return None
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+# An alert's startsAt further back than this, or ahead of the clock by more than the skew allowed,
+# is not believed as the start of a stall (it is input: anyone who reaches Alertmanager writes it).
+STALL_START_MAX_AGE_S = 7 * 86400.0
+CLOCK_SKEW_S = 300.0
+
+
+def stall_start(trigger: Mapping[str, Any], now: float) -> Optional[float]:
+    """When a stalled job's alert began firing (its ``startsAt``), the fault's start for its cost; None
+    when absent, unreadable or not believable (then the remediation's start is used)."""
+    began = epoch_seconds(trigger.get("starts_at"))
+    if began is None or not now - STALL_START_MAX_AGE_S <= began <= now + CLOCK_SKEW_S:
+        return None
+    return min(began, now)
 
 
 def fault_from_input(value: Mapping[str, Any], field_name: str = "fault") -> Fault:
@@ -126,8 +152,8 @@ JOB_HANG = "JOB_HANG"
 JOB_STALLED_REASON = "JobStalled"
 
 
-def fault_from_trigger(trigger: Optional[Mapping[str, Any]], field_name: str = "remediation_trigger_encoded"
-                       ) -> Optional[Fault]:
+def fault_from_trigger(trigger: Optional[Mapping[str, Any]], field_name: str = "remediation_trigger_encoded",
+                       now: Optional[float] = None) -> Optional[Fault]:
     """The ``JOB_HANG`` fault of a ``GpuJobStalled`` alert; None for any other trigger.
 
     The job id comes from the alert's label, which anyone who reaches Alertmanager writes: it must be
@@ -146,6 +172,8 @@ def fault_from_trigger(trigger: Optional[Mapping[str, Any]], field_name: str = "
         reason=JOB_STALLED_REASON,
         message=summary.split("\n", 1)[0] or "job %s stopped making progress" % job_id,
         job_ids=(job_id,),
+        # The alert fires once the job's progress has stopped for the rule's window: a floor of the hang.
+        since=stall_start(trigger, time.time() if now is None else now),
     )
 
 

@@ -144,7 +144,7 @@ class RemediationStore:
         # The node's condition first: a node that is unhealthy too is remediated for that, and its plan
         # takes every job off it; else a stalled job's alert (JOB_HANG).
         fault = fault_from_input(fault_input, "remediation_fault") if fault_input else \
-            fault_from_condition(condition) or fault_from_trigger(trigger)
+            fault_from_condition(condition) or fault_from_trigger(trigger, now=now)
         if fault is None:
             condition = condition or {}
             return {

@@ -90,6 +90,9 @@ def test_a_stalled_job_is_requeued_alone_and_resumes_from_its_checkpoint(lab, se
         assert [(j["job_id"], j["fate"]) for j in jobs] == [(job, "requeued")], jobs
         # What it cost: the job's GPU until it ran again; the node never left service.
         assert record["cost"]["node_gpu_hours"] == 0 and record["cost"]["jobs"][0]["gpus"] == 1, record["cost"]
+        # From when its alert began firing (Alertmanager's startsAt), before the remediation started.
+        assert record["cost"]["fault_at"] == record["fault"]["since"] < record["started_at"], (record["cost"],
+                                                                                                record["trigger"])
         assert drills.slurm_node(node)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
         assert not drills.kube_node(node)["spec"].get("unschedulable")
         state = drills.job(job)

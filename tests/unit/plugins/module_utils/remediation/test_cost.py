@@ -61,13 +61,18 @@ def test_an_application_fault_costs_the_node_nothing():
 
 
 def test_a_stalled_job_costs_its_own_gpus_until_it_runs_again_and_the_node_nothing():
-    """Plan JOB_HANG does nothing to the node: only the job's GPUs count, from the remediation's start."""
+    """Plan JOB_HANG does nothing to the node: only the job's GPUs count, from the fault's start (its alert's,
+    else the remediation's)."""
     stalled = dict(record("JOB_HANG", [phase("notify", FAULT + 3), phase("jobs", FAULT + 15)],
                           jobs=[{"job_id": "9", "gpus": 4, "signalled": True, "fate": "requeued"}], since=None),
                    plan={"name": "JOB_HANG", "acts": False})
     cost = incident_cost(stalled, 8, {"9": {"state": "RUNNING", "start_time": FAULT + 362}}, now=FAULT + 400)
     assert (cost["node_gpu_hours"], cost["back_in_service_at"], cost["open"]) == (0.0, FAULT + 2, [])
     assert cost["waiting_gpu_hours"] == 0.4 and cost["gpu_hours_lost"] == 0.4
+    # With the alert's start as the fault's (fault_from_trigger), the job waited from then.
+    fired = dict(stalled, fault={"since": FAULT - 358})
+    cost = incident_cost(fired, 8, {"9": {"state": "RUNNING", "start_time": FAULT + 362}}, now=FAULT + 400)
+    assert cost["fault_at"] == FAULT - 358 and cost["waiting_gpu_hours"] == 0.8 and cost["node_gpu_hours"] == 0.0
 
 
 def test_what_slurm_could_not_say_is_named_not_guessed():

@@ -5,6 +5,7 @@ job alone and does nothing to the node; a node with too many stalled jobs is hel
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
@@ -42,6 +43,19 @@ def test_a_stalled_jobs_alert_is_a_job_hang_fault_about_that_job():
     assert fault.message == "Job 42 on gpu-a-001 stopped making progress"
     assert fault.as_dict()["job_ids"] == ["42"]
     assert fault_from_trigger(stalled("1234_5")).job_ids == ("1234_5",)
+
+
+def test_a_stalled_jobs_fault_begins_when_its_alert_began_firing():
+    """Its cost counts from the alert's startsAt (Alertmanager's nine fraction digits), not from when the
+    remediation started; a startsAt that is missing, unreadable or not believable is not used."""
+    now = datetime(2026, 12, 7, 3, 0, 30, tzinfo=timezone.utc).timestamp()
+    fired = dict(stalled(), starts_at="2026-12-07T03:00:01.123456789Z")
+    assert fault_from_trigger(fired, now=now).since == pytest.approx(now - 28.876544, abs=1e-6)
+    for starts_at in (None, "", "yesterday", "1970-01-01T00:00:00Z", "2026-12-09T03:00:00Z"):
+        assert fault_from_trigger(dict(stalled(), starts_at=starts_at), now=now).since is None, starts_at
+    # Within the clock skew allowed, a start a little ahead of this clock is now.
+    ahead = dict(stalled(), starts_at="2026-12-07T03:01:00Z")
+    assert fault_from_trigger(ahead, now=now).since == now
 
 
 @pytest.mark.parametrize("trigger", [
