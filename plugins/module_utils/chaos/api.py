@@ -282,6 +282,9 @@ def drill_gate(params: Mapping[str, Any], check_mode: bool, now: Optional[float]
     allowed = check_node_names(list(params.get("allowed_nodes") or []), "allowed_nodes")
     kube = _kube(params)
     targets = resolve_targets(kube, params.get("target"), allowed)
+    if experiment.breaker and len(targets) < 2:
+        raise FieldError("target", "%s is a storm: it needs more targets than the remediation's breaker lets "
+                                   "through (at least two), got %d" % (experiment.name, len(targets)))
     store = ledger_store(params, kube)
     pools = _pools(kube)
 
@@ -363,6 +366,8 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
     kube, slurm = _kube(params), _slurm(params)
     checks: List[Dict[str, Any]] = []
     targets = list(drill.get("targets") or [])
+    storm = bool((drill.get("expectations") or {}).get("breaker"))
+    refused: set = set()  # the targets a storm drill's breaker refused (verify)
 
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append({"check": name, "ok": bool(ok), "detail": detail})
@@ -377,8 +382,18 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
             percent = 100.0 * len(bad) / max(1, len(members))
             check("not_ready:%s" % pool, percent <= limit, "%d of %d nodes NotReady (%.0f%%, limit %.0f%%)%s" % (
                 len(bad), len(members), percent, limit, ": " + ", ".join(bad) if bad else ""))
-        tripped = observe.breaker_tripped(kube, params.get("namespace") or "gpufleet-system")
-        check("breaker", not tripped, "the remediation circuit breaker is %s" % ("OPEN" if tripped else "closed"))
+        breaker = observe.breaker_state(kube, params.get("namespace") or "gpufleet-system")
+        tripped = bool(breaker.get("tripped"))
+        if verify and storm:
+            # After a storm drill the open breaker is what it proved; it stays open until an operator
+            # closes it, and says so, since every fatal node is now only fenced in Slurm.
+            refused = {str(e.get("node")) for e in breaker.get("refused") or []} & set(targets)
+            state = ("OPEN, as the storm drill expects: until playbooks/remediation-reset.yml closes it, every "
+                     "fatal node is only fenced in Slurm; the reset takes up the refused targets (%s)"
+                     % ", ".join(sorted(refused))) if tripped else "closed"
+            check("breaker", True, "the remediation circuit breaker is " + state)
+        else:
+            check("breaker", not tripped, "the remediation circuit breaker is %s" % ("OPEN" if tripped else "closed"))
         for target in targets:
             node = nodes.get(target)
             if node is None:
@@ -388,7 +403,8 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
             gpu = _condition(node, "GpuHealthy")
             cordoned = bool(node.spec.unschedulable)
             check("target:%s" % target, gpu in ("True", None) and not cordoned,
-                  "GpuHealthy=%s, %s" % (gpu, "cordoned" if cordoned else "schedulable"))
+                  "GpuHealthy=%s, %s%s" % (gpu, "cordoned" if cordoned else "schedulable",
+                                           "; refused by the breaker" if target in refused else ""))
     if slurm is not None:
         found = slurm.nodes(with_jobs=False)
         for target in targets:
@@ -397,6 +413,11 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
             states = (found[target].state, *found[target].flags)
             fenced = any(s in observe.FENCED_STATES for s in states)
             reason = " (%s)" % found[target].reason if found[target].reason else ""
+            if target in refused:
+                # Refused by the breaker: fenced in Slurm by the remediation, waiting for the reset.
+                check("slurm:%s" % target, fenced, "+".join(states) + reason + "; refused by the breaker, "
+                      "fenced until playbooks/remediation-reset.yml takes it up")
+                continue
             check("slurm:%s" % target, not fenced, "+".join(states) + reason)
         job_id = params.get("protected_job")
         if job_id:

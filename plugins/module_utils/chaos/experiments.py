@@ -11,7 +11,7 @@ An expectation of "no alert" is not a pass: it is how a drill finds an observabi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.params import check_plain
@@ -69,6 +69,9 @@ class Experiment:
     # Why nothing in the loop recovers from this fault yet (the drill then reports "recovered" as not
     # observable, with this reason, instead of waiting for its deadline); empty: recovery is awaited.
     no_recovery: str = ""
+    # A drill of the remediation's own circuit breaker (a storm): the trip is what the scheduler step
+    # checks (observe.LoopWatch.look_breaker), not a reason to abort; it needs two targets or more.
+    breaker: bool = False
 
 
 def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
@@ -104,6 +107,19 @@ def _add(experiment: Experiment) -> None:
 _add(_gpu("gpu_xid", "An XID error on one GPU (params.xid, default 79)",
           Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
           ("GpuNodeFatal",), True, xid=79))
+# A fatal XID (79 by default) on every target at once, more targets than the breaker lets through:
+# the storm drill of the remediation's own safety rail. Its targets must be more than the breaker's
+# cap for the pool (25 %, at least one node, by default), and the drill's own blast radius must allow
+# them explicitly.
+_add(replace(
+    _gpu("breaker_storm", "A fatal XID (params.xid, default 79) on every target at once: the remediation's "
+                          "circuit breaker must trip at its cap, quarantine the nodes under it and only fence the "
+                          "others in Slurm",
+         Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
+         ("GpuNodeFatal",), True, xid=79),
+    requeues=False, breaker=True,
+    no_recovery="a storm drill checks the breaker: the refused nodes wait, fenced in Slurm, for "
+                "playbooks/remediation-reset.yml, which an operator runs"))
 _add(_gpu("gpu_ecc_dbe", "Uncorrectable (double-bit) ECC errors, with XID 48",
           Detection('sum(gpufleet_gpu_ecc_errors_total{{node="{node}",type="uncorrectable",counter="volatile"}})',
                     what="volatile uncorrectable ECC counter"),
@@ -329,6 +345,7 @@ def loop_expectations(experiment: Experiment, params: Mapping[str, Any]) -> Dict
         "requeues": fences or experiment.requeues,
         "no_recovery": experiment.no_recovery,
         "missing_alert_hint": experiment.missing_alert_hint,
+        "breaker": experiment.breaker,
     }
 
 

@@ -68,6 +68,14 @@ class Fault:
         self._xid_line(self.xid, info["description"] or info["name"])
         self.dcgm, self.dcgm_healthy = [(DCGM_XID_ERRORS, self.xid)], [(DCGM_XID_ERRORS, 0)]
 
+    def _breaker_storm(self) -> None:
+        # A fatal XID (79 by default) on every target: only a fatal one makes the remediation act.
+        self._gpu_xid()
+        if self.params["xid_severity"] != "fatal":
+            raise FieldError("params.xid", "breaker_storm needs an XID the catalog calls fatal (79, 48, ...), "
+                                           "not %d (%s): the remediation acts on fatal faults only"
+                             % (self.xid, self.params["xid_severity"]))
+
     def _gpu_ecc_dbe(self) -> None:
         count = int_param(self.params, "count", 1, 10**9)
         self.xid = 48

@@ -99,10 +99,14 @@ def _epoch(stamp: Optional[str]) -> float:
         return time.time()
 
 
+def breaker_state(core_v1: Any, namespace: str) -> Dict[str, Any]:
+    """The remediation's breaker as remediation/breaker.py stores it (slots, tripped, tripped_at,
+    refused): read here, never written."""
+    return ConfigMapStore(core_v1, namespace, BREAKER_NAME).read_json("state", {}) or {}
+
+
 def breaker_tripped(core_v1: Any, namespace: str) -> bool:
-    # The remediation's breaker (remediation/store.py writes it): read here, never written.
-    state = ConfigMapStore(core_v1, namespace, BREAKER_NAME).read_json("state", {}) or {}
-    return bool(state.get("tripped"))
+    return bool(breaker_state(core_v1, namespace).get("tripped"))
 
 
 def detection_value(prometheus_url: str, detection: Mapping[str, Any], node: str,
@@ -148,6 +152,9 @@ class Probes:
     def prometheus_value(self, query: str) -> Optional[float]:
         return prometheus_value(str(self.prometheus_url), query)
 
+    def breaker(self) -> Dict[str, Any]:
+        return breaker_state(self.core_v1, self.namespace) if self.core_v1 is not None else {}
+
     def job(self, job_id: str) -> Optional[Any]:
         return next((j for j in self.slurm.jobs() if j.job_id == str(job_id)), None) if job_id else None
 
@@ -178,7 +185,9 @@ class LoopWatch:
             "alerted": ("alerts %s for %s" % (", ".join(self.alert_names), ", ".join(self.nodes)))
             if self.alert_names else "any alert about %s (no rule is known to cover this fault)" % ", ".join(
                 self.nodes),
-            "scheduler": "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
+            "scheduler": "the remediation's breaker trips at its cap: the targets under it quarantined (Slurm "
+                         "DRAIN/DOWN and a cordon, or replaced), the rest refused and only fenced in Slurm"
+            if self.expect.get("breaker") else "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
             "recovered": "job %s requeued, RUNNING on a healthy node, resumed from its checkpoint" % self.job_id
             if self.expect.get("requeues") else "job %s keeps running" % self.job_id,
         }
@@ -270,6 +279,9 @@ class LoopWatch:
         self.event("alert", at, self.last["alerted"])
 
     def look_scheduler(self, now: float) -> None:
+        if self.expect.get("breaker"):
+            self.look_breaker(now)
+            return
         states = {}
         for node in self.nodes:
             kube = self.probes.kube_fenced(node) if self.probes.core_v1 is not None else "n/a"
@@ -279,6 +291,36 @@ class LoopWatch:
         if all(s and k for s, k in states.values()):
             self.decide("scheduler", "pass", self.last["scheduler"], now)
             self.event("quarantine", now, self.last["scheduler"])
+
+    def look_breaker(self, now: float) -> None:
+        """A storm drill (expectation ``breaker``): the breaker is the rail under test. It must trip;
+        the targets it let through are quarantined like any fatal node, and the ones it refused are
+        fenced in Slurm only (no new work on a dead GPU) and never cordoned. A refused node that is
+        cordoned breaches the rail: the step fails at once."""
+        state = self.probes.breaker()
+        refused = sorted({str(e.get("node")) for e in state.get("refused") or []} & set(self.nodes))
+        acted = [n for n in self.nodes if n not in refused]
+        fences = {n: (self.probes.slurm_fenced(n), self.probes.kube_fenced(n)) for n in self.nodes}
+        self.last["scheduler"] = "breaker %s; let through: %s; refused: %s" % (
+            "tripped" if state.get("tripped") else "closed",
+            ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced", fences[n][1] or "schedulable")
+                      for n in acted) or "none",
+            ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced", fences[n][1] or "schedulable")
+                      for n in refused) or "none")
+        breached = [n for n in refused if fences[n][1]]
+        if breached:
+            self.decide("scheduler", "fail", "refused by the breaker yet taken out of Kubernetes: %s; %s" % (
+                ", ".join(breached), self.last["scheduler"]), now)
+            return
+        if not (state.get("tripped") and refused and acted):
+            return
+        if all(fences[n][0] and fences[n][1] for n in acted) and all(fences[n][0] for n in refused):
+            tripped_at = state.get("tripped_at")
+            at = float(tripped_at) if isinstance(tripped_at, (int, float)) and self.injected_at <= tripped_at <= now \
+                else now
+            self.event("breaker", at, "tripped: %s" % (state.get("tripped_why") or "at its cap"))
+            self.event("quarantine", now, self.last["scheduler"])
+            self.decide("scheduler", "pass", self.last["scheduler"], now)
 
     def look_recovered(self, now: float) -> None:
         job = self.probes.job(self.job_id)
@@ -355,7 +397,9 @@ def observe(request: Mapping[str, Any], probes: Probes, clock: Callable[[], floa
     braking: List[brakes.Brake] = list(request.get("brakes") or [])
     while len(watch.decided) < len(LOOP_STEPS):
         now = clock()
-        if probes.core_v1 is not None and not breaker_at_start and breaker_tripped(probes.core_v1, probes.namespace):
+        # A storm drill (expectation ``breaker``) watches the trip as its scheduler step; any other aborts on it.
+        if probes.core_v1 is not None and not breaker_at_start and not watch.expect.get("breaker") \
+                and breaker_tripped(probes.core_v1, probes.namespace):
             aborted = "the remediation circuit breaker tripped during the drill"
             break
         if braking and probes.prometheus_url:

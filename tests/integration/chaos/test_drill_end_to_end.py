@@ -109,6 +109,53 @@ def test_a_stalled_job_is_requeued_alone_and_resumes_from_its_checkpoint(lab, se
              what="job %s's progress file removed at its end" % job)
 
 
+def test_a_storm_drill_proves_the_breaker_trips_at_its_cap(lab, self_healing):
+    """breaker_storm (issue 20, part 5) with the loop on: XID 79 on one node more than the breaker's
+    default cap (25 % of the GPU nodes, at least one). The drill scores the trip as its scheduler step:
+    the node under the cap quarantined and replaced, the other refused and only fenced in Slurm. Its
+    verify takes the open breaker as the expected aftermath and names the reset."""
+    drills = Drills(lab)
+    drills.reset_state()
+    gpu_nodes = len(lab.kube().list_node(label_selector="gpufleet.io/pool").items)
+    cap = max(1, min(10, gpu_nodes // 4))
+    targets = drills.active_nodes()[: cap + 1]
+    assert len(targets) == cap + 1, (gpu_nodes, targets)
+    drills.opt_in(targets)
+    try:
+        result = drills.drill(
+            "breaker_storm", ",".join(targets), chaos_drill_abort_conditions=[],
+            chaos_drill_blast_radius={"max_nodes": len(targets), "max_percent": 100},
+            chaos_drill_deadlines={"detected": 30, "alerted": 30, "scheduler": 240, "recovered": 30},
+            chaos_drill_verify_timeout=240,
+        )
+        assert result.rc == 0, result.output[-5000:]
+        document = drills.report(result)
+        steps = {s["step"]: s for s in document["steps"]}
+        assert steps["scheduler"]["verdict"] == "pass", steps["scheduler"]
+        assert steps["detected"]["verdict"] == "pass" and steps["alerted"]["verdict"] == "pass", steps
+        assert steps["recovered"]["verdict"] == "not_observable", steps["recovered"]
+        assert "breaker" in [e["name"] for e in document["events"]], document["events"]
+        breaker = drills.module("remediation_breaker", {"kubeconfig": str(lab.kubeconfig),
+                                                        "namespace": "gpufleet-system"})["breaker"]
+        refused = sorted({entry["node"] for entry in breaker["refused"]} & set(targets))
+        acted = [n for n in targets if n not in refused]
+        assert breaker["tripped"] and len(acted) == cap and refused, breaker
+        for node in refused:
+            state = drills.slurm_node(node)
+            assert "DRAIN" in state["State"] and state["Reason"].startswith("gpufleet: "), state
+            assert not drills.kube_node(node)["spec"].get("unschedulable"), node
+        verify = next(p for p in document["phases"] if p["phase"] == "verify")
+        assert verify["ok"], verify
+        assert "remediation-reset.yml" in json.dumps(verify["detail"]), verify["detail"]
+    finally:
+        for node in targets:
+            if drills.kube_node(node) is None:
+                drills.restore(node)
+            drills.heal(node)
+        drills.opt_in(targets, allowed=False)
+        drills.reset_state()
+
+
 def test_xid79_drill_end_to_end_every_loop_step_green(lab, self_healing, tmp_path):
     drills = Drills(lab)
     drills.reset_state()
