@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.experime
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import BREAKER_NAME
+from ansible_collections.gpufleet.resilience.plugins.module_utils.rfc3339 import epoch_seconds
 
 # The resolution of a detection time (a range query's step, seconds).
 RANGE_STEP = "0.1"
@@ -85,18 +86,9 @@ def firing_alerts(alertmanager_url: str, node: str) -> List[str]:
 
 
 def _epoch(stamp: Optional[str]) -> float:
-    """Alertmanager's RFC 3339 time (nanosecond fraction, Z) in epoch seconds; now when unreadable."""
-    import datetime
-
-    try:
-        text = (stamp or "").replace("Z", "+00:00")
-        head, _sep, tail = text.partition(".")
-        if tail:  # Python's fromisoformat takes at most 6 fraction digits
-            digits = "".join(c for c in tail if c.isdigit())
-            text = head + "." + digits[:6] + tail[len(digits):]
-        return datetime.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return time.time()
+    """Alertmanager's RFC 3339 time in epoch seconds; now when unreadable."""
+    found = epoch_seconds(stamp)
+    return time.time() if found is None else found
 
 
 def breaker_state(core_v1: Any, namespace: str) -> Dict[str, Any]:

@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.nvml import NvmlReader
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.verdict import evaluate
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.xid_rules import nvlink5_table_version
+from ansible_collections.gpufleet.resilience.plugins.module_utils.rfc3339 import epoch_seconds
 
 
 @dataclass
@@ -150,15 +151,10 @@ def parse_since(value: Optional[str]) -> Optional[float]:
         return float(text)
     except ValueError:
         pass
-    from datetime import datetime, timezone
-
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise HealthError("since: %r is neither epoch seconds nor an ISO 8601 time" % (value,)) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    found = epoch_seconds(text)
+    if found is None:
+        raise HealthError("since: %r is neither epoch seconds nor an ISO 8601 time" % (value,))
+    return found
 
 
 def build_thresholds(values: Optional[Dict[str, Any]]) -> Thresholds:

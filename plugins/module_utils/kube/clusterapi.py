@@ -40,6 +40,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.client im
     api_error,
     core_v1,
 )
+from ansible_collections.gpufleet.resilience.plugins.module_utils.rfc3339 import parse as parse_rfc3339
 
 try:
     from kubernetes import client as k8s_client
@@ -104,14 +105,7 @@ def owning_group(machine: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
 
 def parse_time(text: Optional[str]) -> Optional[datetime.datetime]:
     """An RFC 3339 time of the API server ('2026-11-30T03:00:12Z'), as an aware datetime."""
-    if not text:
-        return None
-    if isinstance(text, datetime.datetime):
-        return text if text.tzinfo else text.replace(tzinfo=datetime.timezone.utc)
-    try:
-        return datetime.datetime.strptime(str(text).replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S%z")
-    except ValueError:
-        return None
+    return parse_rfc3339(text)
 
 
 def rfc3339(moment: datetime.datetime) -> str:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health import gpu_condition
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import ACTION_ORDER
+from ansible_collections.gpufleet.resilience.plugins.module_utils.rfc3339 import epoch_seconds
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import check_job_ids
 
 REASON_PREFIX = "gpufleet:"
@@ -85,22 +85,6 @@ def transition_time(condition: Mapping[str, Any]) -> Optional[float]:
     """A condition's ``lastTransitionTime`` in epoch seconds; None when absent or unreadable. The API
     serves ``2026-12-06T02:30:00Z``; the Python client's serialization gives ``...+00:00`` or a datetime."""
     return epoch_seconds(condition.get("lastTransitionTime"))
-
-
-def epoch_seconds(moment: Any) -> Optional[float]:
-    """An RFC 3339 time (a datetime, ``...Z``, ``...+00:00``; Alertmanager's has nine fraction digits,
-    more than Python's parser takes) in epoch seconds; None when absent or unreadable."""
-    if not isinstance(moment, datetime):
-        text = str(moment or "").replace("Z", "+00:00")
-        head, dot, tail = text.partition(".")
-        if dot:
-            digits = len(tail) - len(tail.lstrip("0123456789"))
-            text = head + "." + tail[:min(digits, 6)] + tail[digits:]
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 # An alert's startsAt further back than this, or ahead of the clock by more than the skew allowed,

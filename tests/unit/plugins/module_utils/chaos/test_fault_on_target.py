@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -155,12 +156,16 @@ def test_the_watchdog_on_another_host_leaves_the_fault_to_its_own_host(site):
     site["on"]("gpu-a-003")
     api.inject({"drill": drill(), "ledger_file": site["ledger_file"], "duration": 0.001}, check_mode=False)
     store = ledger.FileStore(site["ledger_file"])
+
+    def later():  # past the expiry, however fast the machine (the look may come within its 1 ms)
+        return time.time() + 1.0
+
     site["on"]("ctl01")
-    assert api.watch_expiry(store, FaultContext(), None, False, lambda s: None) == []
+    assert api.watch_expiry(store, FaultContext(), None, False, lambda s: None, clock=later) == []
     assert os.path.exists(site["family"].marker("gpu-a-003"))
     assert ledger_faults(site)["f-20261201-000000-abcd-gpu-a-003"]["state"] == "active"
     site["on"]("gpu-a-003")
-    [row] = api.watch_expiry(store, FaultContext(), None, False, lambda s: None)
+    [row] = api.watch_expiry(store, FaultContext(), None, False, lambda s: None, clock=later)
     assert row["rollback"] == "done" and not os.path.exists(site["family"].marker("gpu-a-003"))
 
 
