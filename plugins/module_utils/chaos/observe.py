@@ -293,12 +293,13 @@ class LoopWatch:
         refused = sorted({str(e.get("node")) for e in state.get("refused") or []} & set(self.nodes))
         acted = [n for n in self.nodes if n not in refused]
         fences = {n: (self.probes.slurm_fenced(n), self.probes.kube_fenced(n)) for n in self.nodes}
+
+        def described(nodes: List[str]) -> str:
+            return ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced",
+                                                                fences[n][1] or "schedulable") for n in nodes) or "none"
+
         self.last["scheduler"] = "breaker %s; let through: %s; refused: %s" % (
-            "tripped" if state.get("tripped") else "closed",
-            ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced", fences[n][1] or "schedulable")
-                      for n in acted) or "none",
-            ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced", fences[n][1] or "schedulable")
-                      for n in refused) or "none")
+            "tripped" if state.get("tripped") else "closed", described(acted), described(refused))
         breached = [n for n in refused if fences[n][1]]
         if breached:
             self.decide("scheduler", "fail", "refused by the breaker yet taken out of Kubernetes: %s; %s" % (

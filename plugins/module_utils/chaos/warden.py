@@ -57,9 +57,9 @@ def sweep(store: Any, ctx: FaultContext, now: float, grace: float) -> Dict[str, 
     due = [f for f in ledger.expired(data, now - grace) if revert_here(f)]
     rolled = rollback_entries(store, due, ctx, ROLLED_BACK_BY) if due else []
     data, _version = store.read()
-    with_faults = {f.get("drill") for f in ledger.faults(data).values()}
-    expired = [drill_id for drill_id, drill in ledger.drills(data).items()
-               if drill.get("expires_at", now) <= now - grace and drill_id not in with_faults]
+    # The drills to end as this read sees them, by the same rule as the write below.
+    expired = [drill_id for drill_id in ledger.drills(data)
+               if ledger.end_if_empty(data, drill_id, now - grace) is not None]
     # Ended in the write itself, only if still empty: a drill injecting right now keeps its registration.
     ended = [drill_id for drill_id in expired
              if update_if(store, lambda d, i=drill_id: ledger.end_if_empty(d, i, now - grace))]
