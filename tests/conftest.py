@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -38,6 +39,44 @@ def pytest_configure(config: pytest.Config) -> None:
 # Wall time per test module (setup, call and teardown of its tests), summed where the reports arrive
 # (the controller, under xdist): CI's time budget is spent by modules, and --durations shows tests.
 _module_seconds: Dict[str, float] = {}
+# CPU seconds per test module: the test process's own and its finished children's (ansible-playbook,
+# molecule, ansible-lint). On a busy 2-core machine CPU, not wall time, is what a module costs the
+# run: a module that waits on an alert costs little. Daemons a lab started are not counted.
+_module_cpu: Dict[str, float] = {}
+_PHASE_CPU = pytest.StashKey[Dict[str, float]]()
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed_phase(item: pytest.Item, when: str) -> Any:
+    started = _cpu_seconds()
+    yield
+    item.stash.setdefault(_PHASE_CPU, {})[when] = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    yield from _timed_phase(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    yield from _timed_phase(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    yield from _timed_phase(item, "teardown")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    # user_properties travel with the report from an xdist worker to the controller.
+    outcome.get_result().user_properties.append(("cpu_s", item.stash.get(_PHASE_CPU, {}).get(call.when, 0.0)))
 # Per xdist worker: its busy seconds and the wall-clock span of each module it ran, for the balance of
 # the two workers (the session's wall time is the later of their ends).
 _worker_busy: Dict[str, float] = {}
@@ -47,6 +86,8 @@ _worker_spans: Dict[str, Dict[str, List[float]]] = {}
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::", 1)[0]
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+    _module_cpu[module] = _module_cpu.get(module, 0.0) + sum(
+        value for name, value in report.user_properties if name == "cpu_s")
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
     if worker is None:
         return
@@ -86,9 +127,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     slowest = sorted(_module_seconds.items(), key=lambda item: item[1], reverse=True)[:25]
     if not slowest or slowest[0][1] < 10:
         return
-    terminalreporter.write_sep("=", "slowest test modules (setup + call + teardown)")
+    terminalreporter.write_sep("=", "slowest test modules (setup + call + teardown): wall and CPU seconds")
     for module, seconds in slowest:
-        terminalreporter.write_line("%8.1fs %s" % (seconds, module))
+        terminalreporter.write_line("%8.1fs %8.1f cpu-s %s" % (seconds, _module_cpu.get(module, 0.0), module))
+    terminalreporter.write_line("CPU of all modules: %.0f s (the tests and their finished children)" % (
+        sum(_module_cpu.values())))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
