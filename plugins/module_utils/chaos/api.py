@@ -368,6 +368,7 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
     targets = list(drill.get("targets") or [])
     storm = bool((drill.get("expectations") or {}).get("breaker"))
     refused: set = set()  # the targets a storm drill's breaker refused (verify)
+    held: Dict[str, str] = {}  # the targets a repeat drill's escalation held, and why (verify)
 
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append({"check": name, "ok": bool(ok), "detail": detail})
@@ -394,11 +395,22 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
             check("breaker", True, "the remediation circuit breaker is " + state)
         else:
             check("breaker", not tripped, "the remediation circuit breaker is %s" % ("OPEN" if tripped else "closed"))
+        if verify and (drill.get("expectations") or {}).get("escalation"):
+            # After a repeat drill the held target is what it proved: fenced until a human returns it.
+            for target in targets:
+                plan = observe.remediation_progress(kube, params.get("namespace") or "gpufleet-system",
+                                                    target).get("plan") or {}
+                if plan.get("name") == "HOLD":
+                    held[target] = plan.get("why") or "held"
         for target in targets:
             node = nodes.get(target)
             if node is None:
                 gone_ok = verify and drill.get("expectations", {}).get("fences")
                 check("target:%s" % target, bool(gone_ok), "replaced by the remediation" if gone_ok else "not found")
+                continue
+            if target in held:
+                check("target:%s" % target, True, "held for a human by escalation (%s): fenced and quarantined until "
+                      "playbooks/return-node.yml returns it" % held[target])
                 continue
             gpu = _condition(node, "GpuHealthy")
             cordoned = bool(node.spec.unschedulable)
@@ -417,6 +429,10 @@ def steady_checks(params: Mapping[str, Any], drill: Mapping[str, Any], verify: b
                 # Refused by the breaker: fenced in Slurm by the remediation, waiting for the reset.
                 check("slurm:%s" % target, fenced, "+".join(states) + reason + "; refused by the breaker, "
                       "fenced until playbooks/remediation-reset.yml takes it up")
+                continue
+            if target in held:
+                check("slurm:%s" % target, fenced, "+".join(states) + reason + "; held by escalation, fenced until "
+                      "playbooks/return-node.yml returns it")
                 continue
             check("slurm:%s" % target, not fenced, "+".join(states) + reason)
         job_id = params.get("protected_job")

@@ -72,6 +72,9 @@ class Experiment:
     # A drill of the remediation's own circuit breaker (a storm): the trip is what the scheduler step
     # checks (observe.LoopWatch.look_breaker), not a reason to abort; it needs two targets or more.
     breaker: bool = False
+    # A drill of the remediation's escalation: the same fatal fault again on a node that a remediation
+    # already cured of it. The hold is what the scheduler step checks (observe.LoopWatch.look_escalation).
+    escalation: bool = False
 
 
 def _gpu(name: str, summary: str, detection: Detection, alerts: Tuple[str, ...], fences: bool,
@@ -120,6 +123,18 @@ _add(replace(
     requeues=False, breaker=True,
     no_recovery="a storm drill checks the breaker: the refused nodes wait, fenced in Slurm, for "
                 "playbooks/remediation-reset.yml, which an operator runs"))
+# The same fatal XID again on a node that a remediation cured of it (a GPU reset for XID 48, the
+# default): escalation must hold the node for a human instead of resetting it a second time. The first
+# cure is a drill of its own (gpu_xid with the same xid and gpu), run just before, or a real one.
+_add(replace(
+    _gpu("gpu_xid_repeat", "The same fatal XID (params.xid, default 48) again on a node that a remediation cured of "
+                           "it: escalation must hold the node for a human (plan HOLD: fenced and quarantined, no "
+                           "second reset)",
+         Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
+         ("GpuNodeFatal",), True, xid=48),
+    requeues=False, escalation=True,
+    no_recovery="a held node waits for a human: playbooks/return-node.yml returns it once its hardware is "
+                "checked"))
 _add(_gpu("gpu_ecc_dbe", "Uncorrectable (double-bit) ECC errors, with XID 48",
           Detection('sum(gpufleet_gpu_ecc_errors_total{{node="{node}",type="uncorrectable",counter="volatile"}})',
                     what="volatile uncorrectable ECC counter"),
@@ -346,6 +361,7 @@ def loop_expectations(experiment: Experiment, params: Mapping[str, Any]) -> Dict
         "no_recovery": experiment.no_recovery,
         "missing_alert_hint": experiment.missing_alert_hint,
         "breaker": experiment.breaker,
+        "escalation": experiment.escalation,
     }
 
 

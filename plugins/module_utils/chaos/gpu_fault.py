@@ -70,11 +70,18 @@ class Fault:
 
     def _breaker_storm(self) -> None:
         # A fatal XID (79 by default) on every target: only a fatal one makes the remediation act.
+        self._fatal_xid()
+
+    def _gpu_xid_repeat(self) -> None:
+        # The same fatal XID (48 by default) as the cure before it: escalation compares the fault's reason.
+        self._fatal_xid()
+
+    def _fatal_xid(self) -> None:
         self._gpu_xid()
         if self.params["xid_severity"] != "fatal":
-            raise FieldError("params.xid", "breaker_storm needs an XID the catalog calls fatal (79, 48, ...), "
-                                           "not %d (%s): the remediation acts on fatal faults only"
-                             % (self.xid, self.params["xid_severity"]))
+            raise FieldError("params.xid", "%s needs an XID the catalog calls fatal (79, 48, ...), not %d (%s): the "
+                                           "remediation acts on fatal faults only"
+                             % (self.experiment, self.xid, self.params["xid_severity"]))
 
     def _gpu_ecc_dbe(self) -> None:
         count = int_param(self.params, "count", 1, 10**9)

@@ -23,7 +23,11 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import b
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.experiments import LOOP_STEPS
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.configmap_store import ConfigMapStore
-from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import BREAKER_NAME
+from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import (
+    BREAKER_NAME,
+    PROGRESS_KEY,
+    progress_name,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.rfc3339 import epoch_seconds
 
 # The resolution of a detection time (a range query's step, seconds).
@@ -97,6 +101,12 @@ def breaker_state(core_v1: Any, namespace: str) -> Dict[str, Any]:
     return ConfigMapStore(core_v1, namespace, BREAKER_NAME).read_json("state", {}) or {}
 
 
+def remediation_progress(core_v1: Any, namespace: str, node: str) -> Dict[str, Any]:
+    """The node's latest remediation as remediation/store.py records its progress (plan and its why,
+    started_at, result): read here, never written; empty when there is none."""
+    return ConfigMapStore(core_v1, namespace, progress_name(node)).read_json(PROGRESS_KEY, {}) or {}
+
+
 def breaker_tripped(core_v1: Any, namespace: str) -> bool:
     return bool(breaker_state(core_v1, namespace).get("tripped"))
 
@@ -147,6 +157,9 @@ class Probes:
     def breaker(self) -> Dict[str, Any]:
         return breaker_state(self.core_v1, self.namespace) if self.core_v1 is not None else {}
 
+    def remediation(self, node: str) -> Dict[str, Any]:
+        return remediation_progress(self.core_v1, self.namespace, node) if self.core_v1 is not None else {}
+
     def job(self, job_id: str) -> Optional[Any]:
         return next((j for j in self.slurm.jobs() if j.job_id == str(job_id)), None) if job_id else None
 
@@ -179,7 +192,10 @@ class LoopWatch:
                 self.nodes),
             "scheduler": "the remediation's breaker trips at its cap: the targets under it quarantined (Slurm "
                          "DRAIN/DOWN and a cordon, or replaced), the rest refused and only fenced in Slurm"
-            if self.expect.get("breaker") else "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
+            if self.expect.get("breaker") else
+            "escalation holds each target for a human: a remediation with plan HOLD, Slurm DRAIN/DOWN and a cordon, "
+            "no second cure" if self.expect.get("escalation") else
+            "Slurm DRAIN/DOWN with a reason and a cordon (or the node replaced)",
             "recovered": "job %s requeued, RUNNING on a healthy node, resumed from its checkpoint" % self.job_id
             if self.expect.get("requeues") else "job %s keeps running" % self.job_id,
         }
@@ -274,6 +290,9 @@ class LoopWatch:
         if self.expect.get("breaker"):
             self.look_breaker(now)
             return
+        if self.expect.get("escalation"):
+            self.look_escalation(now)
+            return
         states = {}
         for node in self.nodes:
             kube = self.probes.kube_fenced(node) if self.probes.core_v1 is not None else "n/a"
@@ -314,6 +333,35 @@ class LoopWatch:
             self.event("breaker", at, "tripped: %s" % (state.get("tripped_why") or "at its cap"))
             self.event("quarantine", now, self.last["scheduler"])
             self.decide("scheduler", "pass", self.last["scheduler"], now)
+
+    def look_escalation(self, now: float) -> None:
+        """A repeat drill (expectation ``escalation``): a remediation already cured the target of this
+        fault, so this time escalation must hold it for a human: a remediation started after the
+        injection with plan HOLD, the node fenced in Slurm and cordoned. One that chose any other plan
+        (a second reset, or the breaker's refusal) fails the step at once."""
+        runs = {n: self.probes.remediation(n) for n in self.nodes}
+        # A run from before the injection is the cure (or an older one): not this fault's.
+        runs = {n: run for n, run in runs.items() if float(run.get("started_at") or 0) >= self.injected_at}
+        waiting = [n for n in self.nodes if n not in runs]
+        plans = {n: (run.get("plan") or {}).get("name") for n, run in runs.items()}
+        self.last["scheduler"] = "; ".join(
+            "%s: no remediation since the injection" % n if n in waiting else "%s: remediation %s, plan %s%s" % (
+                n, runs[n].get("id"), plans[n],
+                " (%s)" % runs[n]["plan"]["why"] if (runs[n].get("plan") or {}).get("why") else "")
+            for n in self.nodes)
+        other = [n for n, plan in plans.items() if plan and plan != "HOLD"]
+        if other:
+            self.decide("scheduler", "fail", "not held: %s. Escalation holds a node whose fault came back after a "
+                        "cure of the same fault within its window: was the target cured of it first (gpu_xid with "
+                        "the same xid and gpu, with the loop on)?" % self.last["scheduler"], now)
+            return
+        if waiting or not all(self.probes.slurm_fenced(n) and self.probes.kube_fenced(n) for n in self.nodes):
+            return
+        for node in self.nodes:
+            self.event("escalation", float(runs[node].get("started_at") or now),
+                       "%s held: %s" % (node, runs[node]["plan"].get("why") or "escalated"))
+        self.event("quarantine", now, self.last["scheduler"])
+        self.decide("scheduler", "pass", self.last["scheduler"], now)
 
     def look_recovered(self, now: float) -> None:
         job = self.probes.job(self.job_id)

@@ -156,6 +156,47 @@ def test_a_storm_drill_proves_the_breaker_trips_at_its_cap(lab, self_healing):
         drills.reset_state()
 
 
+def test_a_repeat_drill_proves_escalation_holds_the_node(lab, self_healing):
+    """gpu_xid_repeat (issue 20, part 5) with the loop on: XID 48 on one node is cured (the GPU reset,
+    validated, the node returned: gpu_xid's drill), then the same XID on the same GPU again. Escalation
+    holds the node instead of a second reset: the drill scores the hold as its scheduler step and its
+    verify takes the fence as the expected aftermath, naming return-node.yml."""
+    drills = Drills(lab)
+    drills.reset_state()
+    node = drills.active_nodes()[0]
+    drills.opt_in([node])
+    quick = {"chaos_drill_abort_conditions": [], "chaos_drill_verify_timeout": 240,
+             "chaos_drill_deadlines": {"detected": 30, "alerted": 30, "scheduler": 120, "recovered": 30}}
+    try:
+        cure = drills.drill("gpu_xid", node, xid=48, gpu=1, **quick)
+        assert cure.rc == 0, cure.output[-5000:]
+        cured = drills.report(cure)
+        assert next(p for p in cured["phases"] if p["phase"] == "verify")["ok"], cured["phases"]
+        first = drills.audit(node)[-1]
+        assert first["plan"]["name"] == "RESET_GPU" and first["result"] == "succeeded", first
+
+        repeat = drills.drill("gpu_xid_repeat", node, gpu=1, **quick)
+        assert repeat.rc == 0, repeat.output[-5000:]
+        document = drills.report(repeat)
+        steps = {s["step"]: s for s in document["steps"]}
+        assert steps["detected"]["verdict"] == "pass" and steps["alerted"]["verdict"] == "pass", steps
+        assert steps["scheduler"]["verdict"] == "pass", steps["scheduler"]
+        assert steps["recovered"]["verdict"] == "not_observable", steps["recovered"]
+        escalation = next(e for e in document["events"] if e["name"] == "escalation")
+        assert "came back after remediation %s (RESET_GPU)" % first["id"] in escalation["detail"], escalation
+        # Held, not reset again: fenced in Slurm and cordoned, its run's plan HOLD.
+        held = wait_for(lambda: next((r for r in drills.audit(node) if r["id"] != first["id"]
+                                      and r.get("result")), None), 60, what="the hold's audit record")
+        assert held["plan"]["name"] == "HOLD" and "reset_gpu" not in [s["phase"] for s in held["timeline"]], held
+        assert "DRAIN" in drills.slurm_node(node)["State"] and drills.kube_node(node)["spec"].get("unschedulable")
+        verify = next(p for p in document["phases"] if p["phase"] == "verify")
+        assert verify["ok"] and "return-node.yml" in json.dumps(verify["detail"]), verify
+    finally:
+        drills.heal(node)
+        drills.opt_in([node], allowed=False)
+        drills.reset_state()
+
+
 def test_xid79_drill_end_to_end_every_loop_step_green(lab, self_healing, tmp_path):
     drills = Drills(lab)
     drills.reset_state()
