@@ -77,6 +77,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     # user_properties travel with the report from an xdist worker to the controller.
     outcome.get_result().user_properties.append(("cpu_s", item.stash.get(_PHASE_CPU, {}).get(call.when, 0.0)))
+
+
 # Per xdist worker: its busy seconds and the wall-clock span of each module it ran, for the balance of
 # the two workers (the session's wall time is the later of their ends).
 _worker_busy: Dict[str, float] = {}

@@ -314,8 +314,9 @@ class LoopWatch:
         fences = {n: (self.probes.slurm_fenced(n), self.probes.kube_fenced(n)) for n in self.nodes}
 
         def described(nodes: List[str]) -> str:
-            return ", ".join("%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced",
-                                                                fences[n][1] or "schedulable") for n in nodes) or "none"
+            shown = ["%s (Slurm %s, Kubernetes %s)" % (n, fences[n][0] or "not fenced", fences[n][1] or "schedulable")
+                     for n in nodes]
+            return ", ".join(shown) or "none"
 
         self.last["scheduler"] = "breaker %s; let through: %s; refused: %s" % (
             "tripped" if state.get("tripped") else "closed", described(acted), described(refused))

@@ -80,7 +80,9 @@ def overview_table(view: Mapping[str, Any]) -> List[str]:
             breaker.get("tripped_at"), breaker.get("tripped_why") or "-",
             ", ".join(str(node) for node in breaker.get("refused") or []) or "none"))
     else:
-        lines.append("breaker: closed (%d node(s) in its window)" % len(breaker.get("slots") or []))
+        # A node remediated again in the window has a slot per run, and counts once (breaker.take_slot).
+        nodes = {slot.get("node") if isinstance(slot, dict) else slot for slot in breaker.get("slots") or []}
+        lines.append("breaker: closed (%d node(s) in its window)" % len(nodes))
     lines.append("remediations under way: %s" % (
         ", ".join("%s (%s)" % (r["node"], r.get("summary") or r.get("id")) for r in view["remediations"]) or "none"))
     lines.append("held for a human: %s" % (", ".join(view["held"]) or "none"))

@@ -101,7 +101,7 @@ class SlotDecision:
     tripped_now: bool  # this request tripped it: fire the alert
     why: str
     cap: int
-    in_window: int  # slots inside the window, after this decision
+    in_window: int  # nodes holding a slot inside the window, after this decision
 
 
 def with_refusal(refused: Tuple[Dict[str, Any], ...], node: str, remediation_id: str,
@@ -135,9 +135,18 @@ def take_slot(
         return BreakerState(tuple(current), True, state.tripped_at, state.tripped_why, refused), SlotDecision(
             False, False, why, cap, len(current)
         )
-    if len(current) >= cap:
+    # The cap counts nodes, not runs: a node remediated again inside the window (its fault came back,
+    # and escalation may hold it) takes no second node out of service.
+    taken = {slot.get("node") for slot in current}
+    if node in taken:
+        slots = (*tuple(current), {"node": node, "id": remediation_id, "at": now})
+        return BreakerState(slots, False, None, "", without_node(state.refused, node)), SlotDecision(
+            True, False, "%s already holds a slot in the window (%d of %d nodes)" % (node, len(taken), cap), cap,
+            len(taken)
+        )
+    if len(taken) >= cap:
         why = "%d of %d GPU nodes already taken out within %gs (cap %d: %g%%, at most %d nodes)" % (
-            len(current),
+            len(taken),
             gpu_nodes,
             policy.window_s,
             cap,
@@ -145,10 +154,10 @@ def take_slot(
             policy.max_nodes,
         )
         tripped = BreakerState(tuple(current), True, now, why, with_refusal(state.refused, node, remediation_id, now))
-        return tripped, SlotDecision(False, True, why, cap, len(current))
+        return tripped, SlotDecision(False, True, why, cap, len(taken))
     slots = (*tuple(current), {"node": node, "id": remediation_id, "at": now})
     return BreakerState(slots, False, None, "", without_node(state.refused, node)), SlotDecision(
-        True, False, "slot %d of %d" % (len(slots), cap), cap, len(slots)
+        True, False, "slot %d of %d" % (len(taken) + 1, cap), cap, len(taken) + 1
     )
 
 

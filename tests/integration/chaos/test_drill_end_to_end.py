@@ -91,8 +91,8 @@ def test_a_stalled_job_is_requeued_alone_and_resumes_from_its_checkpoint(lab, se
         # What it cost: the job's GPU until it ran again; the node never left service.
         assert record["cost"]["node_gpu_hours"] == 0 and record["cost"]["jobs"][0]["gpus"] == 1, record["cost"]
         # From when its alert began firing (Alertmanager's startsAt), before the remediation started.
-        assert record["cost"]["fault_at"] == record["fault"]["since"] < record["started_at"], (record["cost"],
-                                                                                                record["trigger"])
+        assert record["cost"]["fault_at"] == record["fault"]["since"] < record["started_at"], (
+            record["cost"], record["trigger"])
         assert drills.slurm_node(node)["State"].split("+")[0] in ("IDLE", "MIXED", "ALLOCATED")
         assert not drills.kube_node(node)["spec"].get("unschedulable")
         state = drills.job(job)
@@ -167,12 +167,18 @@ def test_a_repeat_drill_proves_escalation_holds_the_node(lab, self_healing):
     drills.opt_in([node])
     quick = {"chaos_drill_abort_conditions": [], "chaos_drill_verify_timeout": 240,
              "chaos_drill_deadlines": {"detected": 30, "alerted": 30, "scheduler": 120, "recovered": 30}}
+
+    def record_after(count):
+        """The node's first audit record after its first ``count`` (the log outlives a test)."""
+        return wait_for(lambda: (drills.audit(node)[count:] or [None])[0], 60, what="an audit record of %s" % node)
+
     try:
+        records = len(drills.audit(node))
         cure = drills.drill("gpu_xid", node, xid=48, gpu=1, **quick)
         assert cure.rc == 0, cure.output[-5000:]
         cured = drills.report(cure)
         assert next(p for p in cured["phases"] if p["phase"] == "verify")["ok"], cured["phases"]
-        first = drills.audit(node)[-1]
+        first = record_after(records)
         assert first["plan"]["name"] == "RESET_GPU" and first["result"] == "succeeded", first
 
         repeat = drills.drill("gpu_xid_repeat", node, gpu=1, **quick)
@@ -185,14 +191,18 @@ def test_a_repeat_drill_proves_escalation_holds_the_node(lab, self_healing):
         escalation = next(e for e in document["events"] if e["name"] == "escalation")
         assert "came back after remediation %s (RESET_GPU)" % first["id"] in escalation["detail"], escalation
         # Held, not reset again: fenced in Slurm and cordoned, its run's plan HOLD.
-        held = wait_for(lambda: next((r for r in drills.audit(node) if r["id"] != first["id"]
-                                      and r.get("result")), None), 60, what="the hold's audit record")
+        held = record_after(records + 1)
         assert held["plan"]["name"] == "HOLD" and "reset_gpu" not in [s["phase"] for s in held["timeline"]], held
         assert "DRAIN" in drills.slurm_node(node)["State"] and drills.kube_node(node)["spec"].get("unschedulable")
         verify = next(p for p in document["phases"] if p["phase"] == "verify")
         assert verify["ok"] and "return-node.yml" in json.dumps(verify["detail"]), verify
     finally:
-        drills.heal(node)
+        # A heal while the hold's run is still going would be undone by its later phases (down, hold).
+        try:
+            wait_for(lambda: ((drills.progress(node) or {}).get("finished_at") or not drills.progress(node)), 120,
+                     what="the remediation of %s finished" % node)
+        finally:
+            drills.heal(node)
         drills.opt_in([node], allowed=False)
         drills.reset_state()
 

@@ -106,7 +106,9 @@ def test_prometheus_runs_the_lab_intervals_and_sends_to_alertmanager(host):
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"prometheus", "alertmanager", "gpufleet-agent", "gpufleet-remediation"}
     assert jobs["gpufleet-agent"]["file_sd_configs"][0]["files"] == [LAB + "/monitoring/targets/agent-*.json"]
-    managers = get_json(host, PROMETHEUS + "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+    # Prometheus's notifier finds its Alertmanagers after the first service discovery: on a loaded
+    # machine the list is still empty for a moment after the start (it failed a CI run).
+    managers = wait_for(lambda: get_json(host, PROMETHEUS + "/api/v1/alertmanagers")["data"]["activeAlertmanagers"])
     assert [m["url"] for m in managers] == ["http://127.0.0.1:24093/api/v2/alerts"]
 
 

@@ -193,6 +193,21 @@ def test_refused_nodes_stay_listed_once_each_until_one_of_their_remediations_is_
     assert decision.granted and [entry["node"] for entry in state.refused] == ["n2"]
 
 
+def test_the_cap_counts_nodes_not_runs_a_node_remediated_again_takes_no_second_slot():
+    # Four GPU nodes, cap one: the node whose fault came back (the repeat drill: cured, then held)
+    # is granted again inside the window; another node is still refused and trips the breaker.
+    policy = breaker.BreakerPolicy()
+    state, cure = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
+    state, again = breaker.take_slot(state, "n1", "r1b", 60.0, 4, policy)
+    assert cure.granted and again.granted and not state.tripped and again.in_window == 1
+    assert again.why == "n1 already holds a slot in the window (1 of 1 nodes)"
+    state, other = breaker.take_slot(state, "n2", "r2", 61.0, 4, policy)
+    assert not other.granted and other.tripped_now and "1 of 4 GPU nodes already taken out" in other.why
+    # Open, it refuses the node with a slot too: a storm is a reason to look.
+    state, while_open = breaker.take_slot(state, "n1", "r1c", 62.0, 4, policy)
+    assert not while_open.granted
+
+
 def test_a_reset_takes_off_only_the_refused_nodes_that_are_gone():
     policy = breaker.BreakerPolicy(max_percent=100, max_nodes=1, window_s=600)
     state, _first = breaker.take_slot(breaker.BreakerState(), "n1", "r1", 0.0, 4, policy)
