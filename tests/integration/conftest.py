@@ -94,7 +94,8 @@ LAB_UNITS = ("session-lab", "session-lab-gw1")
 # The lab modules of the second worker's lab: its share of CI's time (docs/testing.md, "Two workers").
 # The modules of the Slurm 26.05 lab (one per run) go with them: some use both labs.
 SECOND_LAB_MODULES = ("slinky/test_one_click_existing.py", "monitoring/test_operator_objects.py",
-                      "chaos/test_numa_chaos.py", "remediation/test_slurm_modules.py")
+                      "chaos/test_numa_chaos.py", "remediation/test_slurm_modules.py",
+                      "remediation/test_node_replace.py")
 # A lab other than the session's that several modules share makes them one unit: a session fixture is
 # set up once per worker (the Slurm 26.05 lab's is the second session lab's, above).
 SHARED_LAB_UNITS = {"identity_lab": "identity-lab"}
