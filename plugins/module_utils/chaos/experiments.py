@@ -107,34 +107,34 @@ def _add(experiment: Experiment) -> None:
     EXPERIMENTS[experiment.name] = experiment
 
 
-_add(_gpu("gpu_xid", "An XID error on one GPU (params.xid, default 79)",
-          Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
-          ("GpuNodeFatal",), True, xid=79))
+XID_COUNTER = Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter")
+
+
+def _rail_drill(name: str, summary: str, xid: int, no_recovery: str, **rail: bool) -> Experiment:
+    """A fatal XID that drills one of the remediation's own safety rails (``breaker`` or
+    ``escalation``): that rail's decision is the scheduler step, and nothing recovers by itself."""
+    return replace(_gpu(name, summary, XID_COUNTER, ("GpuNodeFatal",), True, xid=xid), requeues=False,
+                   no_recovery=no_recovery, **rail)
+
+
+_add(_gpu("gpu_xid", "An XID error on one GPU (params.xid, default 79)", XID_COUNTER, ("GpuNodeFatal",), True, xid=79))
 # A fatal XID (79 by default) on every target at once, more targets than the breaker lets through:
 # the storm drill of the remediation's own safety rail. Its targets must be more than the breaker's
 # cap for the pool (25 %, at least one node, by default), and the drill's own blast radius must allow
 # them explicitly.
-_add(replace(
-    _gpu("breaker_storm", "A fatal XID (params.xid, default 79) on every target at once: the remediation's "
-                          "circuit breaker must trip at its cap, quarantine the nodes under it and only fence the "
-                          "others in Slurm",
-         Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
-         ("GpuNodeFatal",), True, xid=79),
-    requeues=False, breaker=True,
-    no_recovery="a storm drill checks the breaker: the refused nodes wait, fenced in Slurm, for "
-                "playbooks/remediation-reset.yml, which an operator runs"))
+_add(_rail_drill(
+    "breaker_storm", "A fatal XID (params.xid, default 79) on every target at once: the remediation's circuit "
+                     "breaker must trip at its cap, quarantine the nodes under it and only fence the others in Slurm",
+    79, "a storm drill checks the breaker: the refused nodes wait, fenced in Slurm, for "
+        "playbooks/remediation-reset.yml, which an operator runs", breaker=True))
 # The same fatal XID again on a node that a remediation cured of it (a GPU reset for XID 48, the
 # default): escalation must hold the node for a human instead of resetting it a second time. The first
 # cure is a drill of its own (gpu_xid with the same xid and gpu), run just before, or a real one.
-_add(replace(
-    _gpu("gpu_xid_repeat", "The same fatal XID (params.xid, default 48) again on a node that a remediation cured of "
-                           "it: escalation must hold the node for a human (plan HOLD: fenced and quarantined, no "
-                           "second reset)",
-         Detection('sum(gpufleet_gpu_xid_errors_total{{node="{node}",xid="{xid}"}})', what="XID counter"),
-         ("GpuNodeFatal",), True, xid=48),
-    requeues=False, escalation=True,
-    no_recovery="a held node waits for a human: playbooks/return-node.yml returns it once its hardware is "
-                "checked"))
+_add(_rail_drill(
+    "gpu_xid_repeat", "The same fatal XID (params.xid, default 48) again on a node that a remediation cured of it: "
+                      "escalation must hold the node for a human (plan HOLD: fenced and quarantined, no second reset)",
+    48, "a held node waits for a human: playbooks/return-node.yml returns it once its hardware is checked",
+    escalation=True))
 _add(_gpu("gpu_ecc_dbe", "Uncorrectable (double-bit) ECC errors, with XID 48",
           Detection('sum(gpufleet_gpu_ecc_errors_total{{node="{node}",type="uncorrectable",counter="volatile"}})',
                     what="volatile uncorrectable ECC counter"),
