@@ -27,8 +27,10 @@ description:
     lifts it), with C(gpufleet: validation failed: <why>) when it did not."
   - With O(progress), records the phase, and on a failure stops the remediation there (the node stays
     fenced; nothing after C(validate) runs but the record).
-  - Needs Slurm's commands (O(slurm_api=cli)); through slurmrestd the reservation is not built yet and the
-    module fails naming C(slurm_api).
+  - Through Slurm's commands (O(slurm_api=cli)) or slurmrestd (O(slurm_api=rest), whose reservation endpoint
+    needs data parser v0.0.43, Slurm 25.05, or later).
+  - The settings may differ per node pool (O(pools), O(pool)); a pool's O(backend=none) records the phase as
+    skipped and touches nothing.
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -60,9 +62,12 @@ options:
         GPUs' state.
       - V(gpu_burn) - C(gpu_burn -d -m 90% <seconds>) on the node's PATH.
       - V(dcgm_diag) - C(dcgmi diag -r <dcgm_level>).
+      - V(nccl_tests) - nccl-tests' C(all_reduce_perf -b 8M -e 1G -f 2 -g <gpus>) (O(nccl_tests)), judged against
+        O(min_busbw_gbps).
+      - "V(none) - no validation: the phase is recorded as skipped."
     type: str
     required: true
-    choices: [lab, gpu_burn, dcgm_diag]
+    choices: [lab, gpu_burn, dcgm_diag, nccl_tests, none]
   seconds:
     description: How long the burn lasts (gpu-burn, the lab's); the job's limit is this plus a minute.
     type: int
@@ -78,6 +83,26 @@ options:
         catches a GPU at three quarters of its rate.
     type: float
     default: 0.75
+  min_busbw_gbps:
+    description:
+      - With O(backend=nccl_tests), the floor of all_reduce_perf's C(Avg bus bandwidth), in GB/s; required there.
+        Measure a healthy node of the pool with the same arguments and leave a margin.
+    type: float
+    default: 0
+  nccl_tests:
+    description: all_reduce_perf's path on the node, or its name on the node's PATH.
+    type: str
+    default: all_reduce_perf
+  pool:
+    description: The node's pool (its C(gpufleet.io/pool) label); with O(pools), picks the pool's settings.
+    type: str
+  pools:
+    description:
+      - Pool name -> settings over the options above (O(backend), O(seconds), O(dcgm_level), O(min_ratio),
+        O(min_busbw_gbps), O(nccl_tests)). Every pool's entry is checked; a bad one fails naming
+        C(pools.<pool>.<setting>) and nothing is done.
+    type: dict
+    default: {}
   gpus:
     description: How many GPUs the job asks for; default all that Slurm lists on the node.
     type: int
@@ -107,6 +132,9 @@ EXAMPLES = r"""
     backend: gpu_burn
     seconds: 300
     output_dir: /shared/gpufleet/validation
+    pool: gpu-h100
+    pools:
+      gpu-h100: {backend: nccl_tests, min_busbw_gbps: 300}
   register: validation
 """
 
@@ -120,8 +148,17 @@ why:
   returned: always
   type: str
 verdict:
-  description: The burn's verdict (ok, faulty, error, unknown; pass, warn, fail for DCGM).
+  description: The burn's verdict (ok, faulty, error, unknown; pass, warn, fail for DCGM; ok, fail, unknown for
+    all_reduce_perf).
   returned: when the job ran
+  type: str
+busbw_gbps:
+  description: all_reduce_perf's average bus bandwidth (GB/s), with O(backend=nccl_tests).
+  returned: when all_reduce_perf ran
+  type: float
+skipped:
+  description: Why nothing ran (the pool's backend is V(none)).
+  returned: when skipped
   type: str
 slow:
   description: The GPUs below O(min_ratio) of the node's fastest.
@@ -130,15 +167,15 @@ slow:
   elements: int
 job_id:
   description: The validation job's Slurm id.
-  returned: always
+  returned: unless skipped
   type: str
 output:
   description: The job's output file.
-  returned: always
+  returned: unless skipped
   type: str
 reservation:
   description: The reservation's name.
-  returned: always
+  returned: unless skipped
   type: str
 actions:
   description: What this run did (or, in check mode, would do), in order.
@@ -147,7 +184,7 @@ actions:
   elements: str
 evidence:
   description: The copy of the output in the evidence bundle, or V(null).
-  returned: always
+  returned: unless skipped
   type: str
 """
 
@@ -163,7 +200,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.ph
     record_intent,
     recorded_intent,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation import BACKENDS, Validation
+from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation import (
+    BACKENDS,
+    NONE,
+    Validation,
+    for_pool,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation_run import (
     keep_output,
     validate_node,
@@ -177,10 +219,14 @@ def argspec():
         node=dict(type="str", required=True),
         remediation_id=dict(type="str", required=True),
         reason=dict(type="str", required=True),
-        backend=dict(type="str", required=True, choices=list(BACKENDS)),
+        backend=dict(type="str", required=True, choices=[*BACKENDS, NONE]),
         seconds=dict(type="int", default=120),
         dcgm_level=dict(type="int", default=2),
         min_ratio=dict(type="float", default=0.75),
+        min_busbw_gbps=dict(type="float", default=0.0),
+        nccl_tests=dict(type="str", default="all_reduce_perf"),
+        pool=dict(type="str"),
+        pools=dict(type="dict", default={}),
         gpus=dict(type="int"),
         output_dir=dict(type="path", required=True),
         user=dict(type="str"),
@@ -195,7 +241,13 @@ def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     p = module.params
     try:
-        validation = Validation.from_params(dict(p, user=p["user"] or getpass.getuser()))
+        settings = for_pool(dict(p, user=p["user"] or getpass.getuser()))
+        if settings["backend"] == NONE:
+            outcome = {"skipped": "no validation backend%s (remediation_validate_backend)" % (
+                " for pool %s" % p["pool"] if p["pool"] in p["pools"] else ""), "actions": []}
+            record(p["progress"], p["node"], outcome, module.check_mode)
+            module.exit_json(changed=False, passed=None, why="", **outcome)
+        validation = Validation.from_params(settings)
         client = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
         if not module.check_mode:
             os.makedirs(validation.output_dir, mode=0o750, exist_ok=True)

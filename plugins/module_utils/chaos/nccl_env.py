@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import e
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import write_atomic
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import burn_output
 
 BACKENDS = ("nccl_conf", "slurm_taskprolog", "pod_env")
 LAB_BACKEND, SITE_BACKEND = "slurm_taskprolog", "nccl_conf"
@@ -222,7 +223,7 @@ def _measure(binary: str, args: List[str], extra_env: Mapping[str, str]) -> Dict
                               timeout=NCCL_TESTS_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": str(exc)}
-    parsed = nccl_vars.parse_all_reduce_perf(done.stdout)
+    parsed = burn_output.parse_all_reduce_perf(done.stdout)
     result = {"rc": done.returncode, "avg_busbw_gbps": parsed["avg_busbw_gbps"],
               "out_of_bounds": parsed["out_of_bounds"]}
     if done.returncode != 0:

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
-"""The pure half of the NCCL environment family: which variables are acceptable, how they are
-written into the two file formats, and what ``all_reduce_perf`` (nccl-tests) printed.
+"""The pure half of the NCCL environment family: which variables are acceptable, and how they are
+written into the two file formats (``health/burn_output.py`` reads ``all_reduce_perf``'s output).
 
 * ``/etc/nccl.conf`` (and ``$NCCL_CONF_FILE``, NCCL >= 2.23): ``NAME=value`` lines; NCCL reads it
   at communicator init, and a variable already in the job's environment wins over the file.
@@ -26,8 +26,6 @@ VALUE = re.compile(r"[A-Za-z0-9_.,:/=+@%^~-]{1,256}")
 MAX_VARS = 32
 # One line of either format: optional "export ", the name, "=", the rest of the line.
 _LINE = re.compile(r"(?P<export>export[ \t]+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)")
-_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)", re.M)
-_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>[0-9]+)\s*(?P<verdict>\w+)?", re.M)
 
 
 def check_vars(given: Any) -> Dict[str, str]:
@@ -97,32 +95,6 @@ def parse_env_output(text: str) -> Dict[str, str]:
         if sep and NAME.fullmatch(name):
             found[name] = value
     return found
-
-
-def parse_all_reduce_perf(text: str) -> Dict[str, Any]:
-    """nccl-tests' summary: ``# Avg bus bandwidth : N`` (GB/s, over the sizes run), the rows
-    (size, time and bus bandwidth out of place and in place) and the ``# Out of bounds values``
-    check. ``avg_busbw_gbps`` is None when the run printed no summary (it failed)."""
-    rows = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) != 13 or line.lstrip().startswith("#") or not fields[0].isdigit():
-            continue
-        try:
-            rows.append({"size_bytes": int(fields[0]), "count": int(fields[1]), "type": fields[2], "redop": fields[3],
-                         "time_us": float(fields[5]), "algbw_gbps": float(fields[6]), "busbw_gbps": float(fields[7]),
-                         "wrong": fields[8], "in_place_time_us": float(fields[9]),
-                         "in_place_busbw_gbps": float(fields[11]), "in_place_wrong": fields[12]})
-        except ValueError:
-            continue
-    average = _AVG_BUSBW.search(text)
-    bounds = _OUT_OF_BOUNDS.search(text)
-    return {
-        "avg_busbw_gbps": float(average.group("value")) if average else None,
-        "out_of_bounds": int(bounds.group("count")) if bounds else None,
-        "ok": bool(bounds and bounds.group("count") == "0") if bounds else None,
-        "rows": rows,
-    }
 
 
 def describe_bandwidth(before: Optional[float], during: Optional[float]) -> str:

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.resilience contributors
 # Apache License 2.0 (see LICENSE)
 """Reading a burn's output: gpu-burn's and ``dcgmi diag``'s, as the Slurm ``--output`` file or the
-Pod's log holds it. Pure: text in, a verdict and per-GPU results out (the I/O is ``burn.py``).
+Pod's log holds it, and nccl-tests' ``all_reduce_perf`` (a bandwidth check, not a burn). Pure:
+text in, a verdict and per-GPU results out (the I/O is ``burn.py``).
 
 gpu-burn exits 0 even when a GPU is FAULTY: ``parse_gpu_burn`` reads its ``GPU i: OK|FAULTY``
 result lines, and a run without them is ``unknown``, never OK.
@@ -204,6 +205,45 @@ def parse_output(text: str, tool: str = "gpu_burn") -> Dict[str, Any]:
     if tool not in TOOLS:
         raise FieldError("tool", "must be one of %s, not %r" % (", ".join(TOOLS), tool))
     return parse_dcgm_diag(text) if tool == "dcgm_diag" else parse_gpu_burn(text)
+
+
+# nccl-tests' summary lines: the average bus bandwidth over the sizes run, and its check of the results.
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)", re.M)
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>[0-9]+)\s*(?P<verdict>\w+)?", re.M)
+
+
+def parse_all_reduce_perf(text: str) -> Dict[str, Any]:
+    """nccl-tests' summary: ``# Avg bus bandwidth : N`` (GB/s, over the sizes run), the rows
+    (size, time and bus bandwidth out of place and in place) and the ``# Out of bounds values``
+    check. ``avg_busbw_gbps`` is None when the run printed no summary (it failed)."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 13 or line.lstrip().startswith("#") or not fields[0].isdigit():
+            continue
+        try:
+            rows.append({"size_bytes": int(fields[0]), "count": int(fields[1]), "type": fields[2], "redop": fields[3],
+                         "time_us": float(fields[5]), "algbw_gbps": float(fields[6]), "busbw_gbps": float(fields[7]),
+                         "wrong": fields[8], "in_place_time_us": float(fields[9]),
+                         "in_place_busbw_gbps": float(fields[11]), "in_place_wrong": fields[12]})
+        except ValueError:
+            continue
+    average = _AVG_BUSBW.search(text)
+    bounds = _OUT_OF_BOUNDS.search(text)
+    return {
+        "avg_busbw_gbps": float(average.group("value")) if average else None,
+        "out_of_bounds": int(bounds.group("count")) if bounds else None,
+        "ok": bool(bounds and bounds.group("count") == "0") if bounds else None,
+        "rows": rows,
+    }
+
+
+def nccl_verdict(parsed: Mapping[str, Any]) -> str:
+    """``ok`` (a summary, every value in bounds), ``fail`` (values out of bounds: a GPU or link computed
+    or carried wrong data), ``unknown`` (no summary: the run failed or was cut short)."""
+    if parsed.get("avg_busbw_gbps") is None:
+        return "unknown"
+    return "fail" if parsed.get("ok") is False else "ok"
 
 
 # Verdicts that say the node is not fit for work (gpu-burn's wrong results or dead test process,

@@ -26,7 +26,7 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_tail
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation import (
     Validation,
@@ -45,9 +45,6 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
                   ) -> Dict[str, Any]:
     """Run (or, after a crash, finish) the validation of ``validation.node``; returns the outcome the
     audit record keeps: ``passed``, ``why``, ``job_id``, ``output``, ``verdict``, ``slow``, ``actions``."""
-    if not hasattr(client, "create_reservation"):
-        raise FieldError("slurm_api", "the validation's node reservation needs Slurm's commands (slurm_api=cli); "
-                                      "through slurmrestd, turn the phase off (backend none) until it is built")
     name = validation.name
     actions: List[str] = []
     outcome: Dict[str, Any] = {"backend": validation.backend, "reservation": name, "output": validation.output,
@@ -55,7 +52,7 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
     if check_mode:
         actions += ["reserve %s for %s (%s)" % (validation.node, validation.user, name),
                     "resume %s into the reservation" % validation.node,
-                    "run %s there and judge its output" % " ".join(validation.command),
+                    "run %s there and judge its output" % " ".join(validation.command()),
                     "drain %s again and delete the reservation" % validation.node]
         outcome.update(passed=None, why="check mode: nothing ran")
         return outcome
@@ -74,7 +71,7 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
         job_id = client.submit(validation.batch_job(gpus))[0]
         record_intent([str(job_id)])
         outcome["job_id"] = str(job_id)
-        actions.append("submitted job %s: %s" % (job_id, " ".join(validation.command)))
+        actions.append("submitted job %s: %s" % (job_id, " ".join(validation.command(gpus))))
     ended = wait_for_job(client, str(outcome["job_id"]), validation.limit_s, clock, sleep)
     if not ended:
         client.cancel_unless_gone(outcome["job_id"])
@@ -111,7 +108,7 @@ def judge_output(validation: Validation) -> Dict[str, Any]:
         return {"passed": False, "verdict": "unknown", "slow": [], "gflops": [],
                 "why": "the validation's output %s cannot be read on this host (%s): the output directory must be "
                        "shared with the node" % (validation.output, exc.strerror)}
-    return judge(text, validation.tool, validation.min_ratio)
+    return judge(text, validation.tool, validation.min_ratio, validation.min_busbw_gbps)
 
 
 def keep_output(validation: Validation, evidence_dir: Optional[str]) -> Optional[str]:

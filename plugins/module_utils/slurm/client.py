@@ -64,6 +64,7 @@ _JOB_GONE = re.compile(r"already completing or completed|Invalid job id specifie
 # Slurm (unlike Kubernetes) allows upper case and '_' in node names; never a leading '-' (an option) and
 # never a host list ("gpu-[1-4]", "a,b"). Capped like a Kubernetes name: a 5,000-character one reached scontrol.
 _NODE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (MAX_NODE_NAME - 1)
+_RESERVATION_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _SIGNAL = re.compile(r"(SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2}")
 _FEATURE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # A reason is printed on one line; a newline would cut it in `scontrol show node` text.
@@ -185,6 +186,7 @@ class SlurmClient:
 
     def reservation_exists(self, name: str) -> bool:
         """``scontrol show reservation <name>``: False when Slurm says it is not there."""
+        check_reservation(name)
         try:
             self.runner.run("scontrol", "oneliner action", oneliner=True, action=["show", "reservation", name])
         except SlurmCommandError as exc:
@@ -199,6 +201,7 @@ class SlurmClient:
         Duration=UNLIMITED Users=<users> Flags=MAINT,IGNORE_JOBS``. Only their jobs that name it
         may start there; a job already running is left alone (IGNORE_JOBS)."""
         check_node(node)
+        check_reservation(name)
         return self.runner.run(
             "scontrol", "action reservation_name reservation_nodes start_time duration users flags", mutating=True,
             nodes=[node], action=["create", "reservation"], reservation_name=name, reservation_nodes=node,
@@ -273,6 +276,13 @@ def check_node(node: Any, field: str = "node") -> str:
     """``node`` if it is one node name (never a host list or an option); else FieldError(field)."""
     return check_name(node, field, _NODE_NAME, "one node name (letters, digits, '.', '_', '-'; at most %d, "
                       "starting with a letter or digit)" % MAX_NODE_NAME)
+
+
+def check_reservation(name: Any, field: str = "reservation") -> str:
+    """A reservation name of ours (``gpufleet-validate-<hash>``, ``gpufleet-return-<node>``): a word
+    that no shell, URL or ``scontrol`` argument reads as anything else."""
+    return check_name(name, field, _RESERVATION_NAME, "a reservation name (letters, digits, '.', '_', '-'; at "
+                      "most 64, starting with a letter or digit)")
 
 
 def check_placement(node: str, weight: Any, features: Sequence[Any],

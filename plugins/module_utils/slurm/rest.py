@@ -43,6 +43,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client i
     check_node,
     check_node_state,
     check_placement,
+    check_reservation,
     check_signal,
     select_nodes,
     unless_gone,
@@ -61,8 +62,10 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 # Data parsers whose layouts the parsers read (captured: tests/fixtures/slurm-captures/26.05/rest),
 # newest first. 24.11 serves v0.0.40-v0.0.42, 26.05 v0.0.42-v0.0.45.
 KNOWN_PARSERS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42")
-# Job requeue has an endpoint from v0.0.45 on (Slurm 26.05).
+# Job requeue has an endpoint from v0.0.45 on (Slurm 26.05); a reservation can be created from
+# v0.0.43 on (Slurm 25.05).
 REQUEUE_SINCE = "v0.0.45"
+RESERVATION_SINCE = "v0.0.43"
 DEFAULT_TOKEN_LIFESPAN = 600
 _PARSER_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 # A node update or query that names a node slurmctld does not know.
@@ -430,6 +433,38 @@ class SlurmRestClient:
     def cancel_unless_gone(self, job_id: Any) -> Optional[CommandResult]:
         """Cancel, or None when Slurm says the job has already ended or is unknown."""
         return unless_gone(lambda: self.cancel([job_id]))
+
+    def reservation_exists(self, name: str) -> bool:
+        """Whether ``GET .../reservations/`` lists it. Not ``GET .../reservation/<name>``: with no
+        reservation at all, that answers HTTP 200 with the error "Unable to query reservations: No
+        error", and 422 when others exist (measured, 26.05); the list is plain either way."""
+        check_reservation(name)
+        listed = self._call("GET", self._path("reservations/")).get("reservations") or []
+        return any(isinstance(entry, dict) and entry.get("name") == name for entry in listed)
+
+    def create_reservation(self, name: str, node: str, users: str) -> CommandResult:
+        """``POST .../reservation``: what ``scontrol create reservation ... StartTime=now Duration=UNLIMITED
+        Flags=MAINT,IGNORE_JOBS`` makes (the CLI client's docstring says why), from data parser v0.0.43
+        (Slurm 25.05) on. slurmrestd's POST also updates a reservation of that name: callers look first."""
+        check_node(node)
+        if _parser_key(self.parser()) < _parser_key(RESERVATION_SINCE):
+            raise SlurmRestError(["POST", self.url + self._path("reservation")], None, message=(
+                "create a reservation: slurmrestd's data parser %s cannot (from %s on, Slurm 25.05); use slurm_api "
+                "cli, or a validation backend of none" % (self.parser(), RESERVATION_SINCE)))
+        body = {"name": name, "node_list": [node], "users": [users], "flags": ["MAINT", "IGNORE_JOBS"],
+                "start_time": {"set": True, "infinite": False, "number": int(time.time())},
+                "duration": {"set": False, "infinite": True, "number": 0}}
+        return self._mutate("POST", "reservation", body, nodes=[node])
+
+    def delete_reservation(self, name: str) -> Optional[CommandResult]:
+        """``DELETE .../reservation/<name>``; None when it is not there (deleted before a crash)."""
+        if not self.reservation_exists(name):
+            return None
+        return self._mutate("DELETE", self._reservation(name))
+
+    @staticmethod
+    def _reservation(name: str) -> str:
+        return "reservation/%s" % urllib.parse.quote(check_reservation(name), safe="")
 
     def submit(self, job: BatchJob) -> Tuple[Optional[str], CommandResult]:
         """``POST .../job/submit``: the job id (None in check mode) and the call."""

@@ -14,39 +14,22 @@ remediation's validation reads it with the same parser as a real burn's:
   retired pages;
 * ``Tested <n> GPUs``.
 
-Standard library only: the lab's job Python runs it. Exit 0 whatever it found, as gpu-burn does.
+Standard library only (and ``lab_gpu_state.py`` beside it): the lab's job Python runs it. Exit 0
+whatever it found, as gpu-burn does.
 """
 
 import argparse
-import os
 import sys
 import time
+
+from lab_gpu_state import flag, number, read_gpus
 
 NOMINAL_GFLOPS = 50000.0  # an H100's double-precision tensor rate, in gpu-burn's unit
 
 
-def read_state(path):
-    values = {}
-    with open(path, encoding="ascii") as handle:
-        for line in handle:
-            key, sep, value = line.strip().partition("=")
-            if sep:
-                values[key] = value
-    return values
-
-
 def faulty(state):
-    def number(key):
-        try:
-            return int(state.get(key) or 0)
-        except ValueError:
-            return 0
-
-    def flag(key):
-        return (state.get(key) or "").lower() in ("1", "true", "yes")
-
-    return (flag("lost") or number("ecc_dbe_volatile") > 0 or flag("remapped_rows_failure")
-            or flag("remapped_rows_pending") or flag("retired_pages_pending"))
+    return (flag(state, "lost") or number(state, "ecc_dbe_volatile") > 0 or flag(state, "remapped_rows_failure")
+            or flag(state, "remapped_rows_pending") or flag(state, "retired_pages_pending"))
 
 
 def main(argv=None):
@@ -54,8 +37,8 @@ def main(argv=None):
     parser.add_argument("--state-dir", required=True, help="the node's fake NVML state directory")
     parser.add_argument("--seconds", type=float, default=3.0, help="how long the burn lasts")
     args = parser.parse_args(argv)
-    count = int(read_state(os.path.join(args.state_dir, "node.state"))["count"])
-    states = [read_state(os.path.join(args.state_dir, "gpu%d.state" % gpu)) for gpu in range(count)]
+    states = read_gpus(args.state_dir)
+    count = len(states)
     print("Burning for %d seconds." % args.seconds, flush=True)
     time.sleep(max(0.0, args.seconds))
     rates = [NOMINAL_GFLOPS * (int(state.get("perf_permille") or 1000) / 1000.0) for state in states]

@@ -196,30 +196,36 @@ def test_xid48_with_63_drains_resets_and_returns_the_node(fleet):
 
 
 def test_a_reset_whose_validation_fails_is_held_with_the_evidence(fleet):
-    """NVML sees the GPU healthy after the reset, but it burns at 40 % of its neighbours' rate (the
-    lab's perf_permille, which a reset keeps): the validation fails, the node stays fenced and is held,
-    and the burn's output joins the evidence bundle."""
+    """NVML sees the GPU healthy after the reset, but it computes at 40 % of its neighbours' rate (the
+    lab's perf_permille, which a reset keeps). The node's pool validates with all_reduce_perf (the
+    lab's, whose ring runs at its slowest GPU) and a bus bandwidth floor: the validation fails, the
+    node stays fenced and is held, and the output joins the evidence bundle. return-node.yml, with
+    the role's default burn, refuses it while the GPU is slow and returns it once it is not."""
     node = fleet.active_nodes()[1]
     probe = AgentProbe(fleet.lab, node)
     before = probe.gpu(3)["perf_permille"]
     probe.fakegpu("set", "--gpu", "3", "perf_permille=400")
     inject(fleet.lab, node, 48)
+    pool = fleet.kube_node(node)["metadata"]["labels"]["gpufleet.io/pool"]
     try:
-        run = fleet.remediate(node)
+        run = fleet.remediate(node, remediation_validate_pools={
+            pool: {"backend": "nccl_tests", "min_busbw_gbps": 150}, "other-pool": {"backend": "none"}})
         assert run.rc == 0, run.output[-3000:]
         record = fleet.audit(node)[-1]
         assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "validate", record
         validate = {step["phase"]: step["outcome"] for step in record["timeline"]}["validate"]
-        assert validate["passed"] is False and validate["slow"] == [3], validate
-        assert "GPU(s) 3 below 75% of the node's fastest GPU (40%)" in record["stopped"]["why"]
+        assert validate["passed"] is False and validate["backend"] == "nccl_tests", validate
+        assert validate["verdict"] == "ok" and validate["busbw_gbps"] < 150 and validate["min_busbw_gbps"] == 150
+        why = "bus bandwidth %.1f GB/s below the floor of 150.0 GB/s (all_reduce_perf)" % validate["busbw_gbps"]
+        assert record["stopped"]["why"] == why, record["stopped"]
         # Never back in service: drained in Slurm with why, cordoned, tainted, held for a human.
         slurm = fleet.slurm_node(node)
-        assert "DRAIN" in slurm["State"] and slurm["Reason"].startswith("gpufleet: validation failed: GPU(s) 3"), slurm
+        assert "DRAIN" in slurm["State"] and slurm["Reason"].startswith("gpufleet: validation failed: bus band"), slurm
         kube = fleet.kube_node(node)
         assert kube["spec"]["unschedulable"] and kube["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
         assert "resume" not in [s["phase"] for s in record["timeline"] if not s["outcome"].get("skipped")]
-        # The evidence: the bundle collected before the reset, and the burn's output beside it.
-        assert record["evidence"] and "GPU 3: OK" in Path(record["evidence"], "validation.txt").read_text()
+        # The evidence: the bundle collected before the reset, and the run's output beside it.
+        assert record["evidence"] and "# Avg bus bandwidth" in Path(record["evidence"], "validation.txt").read_text()
         assert validate["reservation"] not in fleet.lab.slurm("scontrol", "show", "reservation", check=False)
 
         # A human returns it: refused while the GPU is still slow (nothing lifted; --check does nothing

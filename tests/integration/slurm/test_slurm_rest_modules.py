@@ -1,14 +1,16 @@
 """The remediation's Slurm modules with ``slurm_api: rest`` against the Slurm-only 26.05 lab's real
 slurmrestd and slurmctld, through ansible-playbook: slurm_node fences with a reason and keeps a
 foreign fence, slurm_jobs gets a job off the node (SIGTERM to the whole job, then the requeue of the
-job the signal ended), slurm_node resumes. The same modules with the CLI are
-tests/integration/remediation/test_slurm_modules.py on the test lab.
+job the signal ended), slurm_node resumes, node_validate validates a node in a reservation of it.
+The same modules with the CLI are tests/integration/remediation/test_slurm_modules.py on the test
+lab.
 
 Every test leaves the cluster as it found it: nodes resumed, jobs cancelled.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import yaml
 from lab_harness import VENV_BIN
 from slurm_clusters import REASON, SlurmCluster, wait_for
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import SlurmClient
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
@@ -127,5 +130,45 @@ def test_a_foreign_fence_is_kept_and_a_cli_option_refused_with_rest(cluster, res
         assert results["mixed"]["failed"] and results["mixed"]["field"] == "slurm_conf"
         assert results["unknown"]["failed"] and "gpu-z-999" in results["unknown"]["msg"]
         assert cli.nodes([node], with_jobs=False)[node].reason == "disk replaced by ops"
+    finally:
+        cluster.command("scontrol", "update", "NodeName=%s" % node, "State=RESUME")
+
+
+def test_a_node_is_validated_in_a_reservation_made_through_slurmrestd(cluster, rest_options, cli, tmp_path):
+    """node_validate with no Slurm command: the maintenance reservation made and deleted through
+    slurmrestd, the node resumed into it, the lab's all_reduce_perf run there as a job in it, and the
+    node drained again with the fence's reason. The GPUs are a fake NVML state directory of this
+    test's own beside a copy of the lab's all_reduce_perf_sim (this lab has Slurm alone)."""
+    node = "%s-003" % cluster.pool["name"]
+    lab = tmp_path / "lab"
+    (lab / "bin").mkdir(parents=True)
+    sim = lab / "bin" / "all_reduce_perf_sim"
+    sim.write_bytes((cluster.bin_dir / "all_reduce_perf_sim").read_bytes())
+    sim.chmod(0o755)
+    fake_gpu_state.init(str(lab / "gpus" / node), 8, node, "NVIDIA-H100-80GB-HBM3")
+    output_dir = tmp_path / "validation"
+    output_dir.mkdir(mode=0o777)
+    output_dir.chmod(0o777)  # the job's user writes there
+    validate = dict(rest_options, node=node, remediation_id="r-20261207T120000-%s-0a1b2c" % node, reason=REASON,
+                    backend="nccl_tests", min_busbw_gbps=150, nccl_tests=str(sim), output_dir=str(output_dir))
+    cluster.command("scontrol", "update", "NodeName=%s" % node, "State=DRAIN", "Reason=%s" % REASON)
+    try:
+        results = run_tasks(cluster, tmp_path, [
+            {"name": "Validate, check mode", "gpufleet.resilience.node_validate": validate, "check_mode": True,
+             "register": "checked"},
+            {"name": "Validate", "gpufleet.resilience.node_validate": validate, "register": "validated"},
+        ])
+        assert results["checked"]["passed"] is None and not results["checked"].get("job_id")
+        validated = results["validated"]
+        assert validated["passed"] is True and validated["verdict"] == "ok", validated
+        assert validated["busbw_gbps"] > 150 and validated["job_id"], validated
+        assert validated["actions"][:2] == ["reserved %s for %s" % (node, getpass.getuser()),
+                                            "resumed %s into the reservation" % node], validated["actions"]
+        assert "-g 8" in validated["actions"][2] and validated["actions"][-1].startswith("deleted reservation")
+        assert "# Avg bus bandwidth" in Path(validated["output"]).read_text()
+        # Fenced again with the fence's own reason (so the remediation's resume lifts it), no reservation left.
+        drained = cli.nodes([node], with_jobs=False)[node]
+        assert "DRAIN" in drained.flags and drained.reason == REASON, drained
+        assert validated["reservation"] not in cluster.command("scontrol", "show", "reservation")
     finally:
         cluster.command("scontrol", "update", "NodeName=%s" % node, "State=RESUME")

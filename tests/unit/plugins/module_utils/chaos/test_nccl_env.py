@@ -19,6 +19,7 @@ import pytest
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import api, experiments, nccl_env, nccl_vars
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.health import burn_output
 
 REPO = Path(__file__).resolve().parents[5]
 NODE = "gpu-a-001"
@@ -263,15 +264,15 @@ def test_merge_replaces_in_place_and_appends() -> None:
 
 
 def test_all_reduce_perf_output_is_parsed() -> None:
-    parsed = nccl_vars.parse_all_reduce_perf(ALL_REDUCE_PERF)
+    parsed = burn_output.parse_all_reduce_perf(ALL_REDUCE_PERF)
     assert parsed["avg_busbw_gbps"] == pytest.approx(189.473)
     assert parsed["out_of_bounds"] == 0 and parsed["ok"] is True
     assert len(parsed["rows"]) == 5
     assert parsed["rows"][0]["size_bytes"] == 8388608 and parsed["rows"][0]["busbw_gbps"] == pytest.approx(127.45)
     assert parsed["rows"][-1]["in_place_busbw_gbps"] == pytest.approx(234.16)
-    failed = nccl_vars.parse_all_reduce_perf("NCCL error: unhandled system error\n")
+    failed = burn_output.parse_all_reduce_perf("NCCL error: unhandled system error\n")
     assert failed == {"avg_busbw_gbps": None, "out_of_bounds": None, "ok": None, "rows": []}
-    wrong = nccl_vars.parse_all_reduce_perf(ALL_REDUCE_PERF.replace("values : 0 OK", "values : 3 FAILED"))
+    wrong = burn_output.parse_all_reduce_perf(ALL_REDUCE_PERF.replace("values : 0 OK", "values : 3 FAILED"))
     assert wrong["ok"] is False and wrong["out_of_bounds"] == 3
 
 

@@ -14,7 +14,9 @@ import pytest
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation import (
+    NCCL_TESTS_ARGS,
     Validation,
+    for_pool,
     judge,
     names,
 )
@@ -26,6 +28,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch im
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 BURN_SIM = Path(__file__).resolve().parents[5] / "roles" / "slurm" / "files" / "gpu_burn_sim.py"
+NCCL_SIM = BURN_SIM.with_name("all_reduce_perf_sim.py")
 REMEDIATION = "r-20261205T031502-gpu-a-003-1a2b3c"
 
 
@@ -36,20 +39,34 @@ def params(tmp_path, **more):
     return base
 
 
-def burn_output(tmp_path, node="gpu-a-003", **fields):
-    """What the lab's gpu_burn_sim prints for a node whose GPUs have ``fields`` ({gpu: {field: value}})."""
+def fake_node(tmp_path, node="gpu-a-003", **fields):
+    """A simulated node's state directory, its GPUs with ``fields`` ({gpu: {field: value}})."""
     state = tmp_path / "lab" / "gpus" / node
     fake_gpu_state.init(str(state), 8, node, "NVIDIA-H100-80GB-HBM3")
     for gpu, values in fields.items():
         fake_gpu_state.set_fields(str(state), int(gpu), **values)
-    done = subprocess.run([sys.executable, str(BURN_SIM), "--state-dir", str(state), "--seconds", "0"],
-                          capture_output=True, text=True, check=True)
+    return state
+
+
+def burn_output(tmp_path, node="gpu-a-003", **fields):
+    """What the lab's gpu_burn_sim prints for a node whose GPUs have ``fields``."""
+    done = subprocess.run([sys.executable, str(BURN_SIM), "--state-dir", str(fake_node(tmp_path, node, **fields)),
+                           "--seconds", "0"], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def nccl_output(tmp_path, node="gpu-a-003", **fields):
+    """What the lab's all_reduce_perf_sim prints, run as the validation runs all_reduce_perf."""
+    args = Validation.from_params(params(tmp_path, backend="nccl_tests", min_busbw_gbps=100)).command(8)[1:]
+    done = subprocess.run([sys.executable, str(NCCL_SIM), *args, "--state-dir",
+                           str(fake_node(tmp_path, node, **fields))], capture_output=True, text=True, check=False)
     return done.stdout
 
 
 @pytest.mark.parametrize("field,value", [
     ("node", "gpu-a-[1-3]"), ("remediation_id", ""), ("backend", "nccl"), ("seconds", 0), ("min_ratio", 1.5),
     ("output_dir", "relative/dir"), ("user", "root;id"), ("lab_dir", None), ("dcgm_level", 4), ("gpus", 0),
+    ("min_busbw_gbps", -1), ("nccl_tests", "all_reduce_perf; id"),
 ])
 def test_each_bad_field_is_named(tmp_path, field, value):
     with pytest.raises(FieldError) as caught:
@@ -69,10 +86,61 @@ def test_the_job_runs_in_the_reservation_on_the_node(tmp_path):
     assert argv[:4] == ["/lab/bin/sbatch", "--parsable", "-w", "gpu-a-003"]
     assert "--reservation=%s" % validation.name in argv and "--gres=gpu:8" in argv and "--time=2" in argv
     assert argv[-1].startswith(str(tmp_path / "lab" / "bin" / "gpu_burn_sim") + " --state-dir ")
-    assert Validation.from_params(params(tmp_path, backend="dcgm_diag", dcgm_level=3)).command == (
+    assert Validation.from_params(params(tmp_path, backend="dcgm_diag", dcgm_level=3)).command() == (
         "dcgmi", "diag", "-r", "3")
-    assert Validation.from_params(params(tmp_path, backend="gpu_burn", seconds=300)).command == (
+    assert Validation.from_params(params(tmp_path, backend="gpu_burn", seconds=300)).command() == (
         "gpu_burn", "-d", "-m", "90%", "300")
+    nccl = Validation.from_params(params(tmp_path, backend="nccl_tests", min_busbw_gbps=300,
+                                         nccl_tests="/opt/nccl-tests/build/all_reduce_perf"))
+    assert nccl.command(8) == ("/opt/nccl-tests/build/all_reduce_perf", *NCCL_TESTS_ARGS, "-g", "8")
+    assert nccl.tool == "nccl_tests" and nccl.batch_job(8).minutes == 3
+
+
+def test_nccl_tests_needs_its_bandwidth_floor(tmp_path):
+    with pytest.raises(FieldError) as caught:
+        Validation.from_params(params(tmp_path, backend="nccl_tests"))
+    assert caught.value.field == "min_busbw_gbps" and "-b 8M -e 1G -f 2 -g <gpus>" in str(caught.value)
+
+
+def test_a_healthy_fabric_passes_and_a_slow_gpu_fails_the_floor(tmp_path):
+    healthy = judge(nccl_output(tmp_path), "nccl_tests", 0.75, min_busbw_gbps=200)
+    assert healthy["passed"] and healthy["verdict"] == "ok" and healthy["busbw_gbps"] > 200, healthy
+    # GPU 2 with 9 of its 18 links down, or computing at 40 %: the ring runs at its slowest GPU.
+    for fields in ({"nvlink_down": 0x1FF}, {"perf_permille": 400}):
+        slow = judge(nccl_output(tmp_path, **{"2": fields}), "nccl_tests", 0.75, min_busbw_gbps=200)
+        assert not slow["passed"] and slow["busbw_gbps"] < 0.6 * healthy["busbw_gbps"], slow
+        assert slow["why"] == "bus bandwidth %.1f GB/s below the floor of 200.0 GB/s (all_reduce_perf)" % (
+            slow["busbw_gbps"])
+
+
+def test_wrong_sums_or_a_lost_gpu_fail_whatever_the_bandwidth(tmp_path):
+    wrong = judge(nccl_output(tmp_path, **{"5": {"ecc_dbe_volatile": 1}}), "nccl_tests", 0.75, min_busbw_gbps=1)
+    assert not wrong["passed"] and wrong["verdict"] == "fail" and "values out of bounds" in wrong["why"], wrong
+    lost = judge(nccl_output(tmp_path, **{"1": {"lost": 1}}), "nccl_tests", 0.75, min_busbw_gbps=1)
+    assert not lost["passed"] and lost["verdict"] == "unknown" and lost["busbw_gbps"] is None, lost
+    assert lost["why"].startswith("all_reduce_perf printed no summary") and "unhandled cuda error" in lost["why"]
+
+
+def test_a_pool_sets_its_own_validation_over_the_defaults(tmp_path):
+    pools = {"gpu-h100": {"backend": "nccl_tests", "min_busbw_gbps": 300}, "cpu": {"backend": "none"}}
+    assert for_pool(params(tmp_path, pool="gpu-h100", pools=pools))["backend"] == "nccl_tests"
+    assert for_pool(params(tmp_path, pool="cpu", pools=pools))["backend"] == "none"
+    assert for_pool(params(tmp_path, pool="gpu-b", pools=pools))["backend"] == "lab"  # no entry: the defaults
+    assert for_pool(params(tmp_path, pools=pools))["backend"] == "lab"  # no pool label
+
+
+@pytest.mark.parametrize("pools,field", [
+    ({"gpu-h100": {"backend": "nccl_tests"}}, "pools.gpu-h100.min_busbw_gbps"),
+    ({"gpu-h100": {"min_bw": 300}}, "pools.gpu-h100.min_bw"),
+    ({"gpu-h100": {"backend": "burn"}}, "pools.gpu-h100.backend"),
+    ({"gpu-h100": {"seconds": 0}}, "pools.gpu-h100.seconds"),
+    ({"gpu-h100": "nccl_tests"}, "pools.gpu-h100"),
+    ({"gpu h100": {}}, "pools"),
+])
+def test_a_bad_pool_setting_is_named_even_for_another_pool(tmp_path, pools, field):
+    with pytest.raises(FieldError) as caught:
+        for_pool(params(tmp_path, pool="gpu-a", pools=pools))
+    assert caught.value.field == field
 
 
 def test_a_healthy_node_passes_its_simulated_burn(tmp_path):
@@ -202,13 +270,6 @@ def test_check_mode_does_nothing_and_says_what_it_would(tmp_path):
     validation = Validation.from_params(params(tmp_path))
     outcome = validate_node(client, validation, "gpufleet: x", [], lambda ids: None, check_mode=True)
     assert outcome["passed"] is None and client.calls == [] and len(outcome["actions"]) == 4
-
-
-def test_slurmrestd_is_refused_naming_slurm_api(tmp_path):
-    validation = Validation.from_params(params(tmp_path))
-    with pytest.raises(FieldError) as caught:
-        validate_node(object(), validation, "gpufleet: x", [], lambda ids: None)
-    assert caught.value.field == "slurm_api"
 
 
 def test_the_output_joins_the_evidence_bundle(tmp_path):

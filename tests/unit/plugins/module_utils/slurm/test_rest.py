@@ -322,3 +322,31 @@ def test_one_node_is_read_by_its_own_path_and_an_unknown_one_named(tmp_path, cap
     with pytest.raises(SlurmUnknownNodeError, match=r"nosuch \(FUTURE nodes are listed only with future\)") as missing:
         rest.nodes(["nosuch"], with_jobs=False)
     assert missing.value.nodes == ["nosuch"]
+
+
+def test_a_reservation_is_made_looked_up_and_deleted_as_scontrol_would(tmp_path):
+    name, path = "gpufleet-validate-0a1b2c3d4e5f", "/slurm/v0.0.45/reservation/gpufleet-validate-0a1b2c3d4e5f"
+    listed = {"reservations": [{"name": "maintenance-window"}], "errors": []}
+    rest, server = client(tmp_path, {("GET", "/slurm/v0.0.45/reservations/"): (200, listed),
+                                     ("POST", "/slurm/v0.0.45/reservation"): (200, {"reservations": []})})
+    assert rest.reservation_exists(name) is False and rest.delete_reservation(name) is None
+    rest.create_reservation(name, "gpu-a-003", "slurm")
+    method, _path, body, _headers = server.calls[-1]
+    assert method == "POST" and body["name"] == name and body["node_list"] == ["gpu-a-003"]
+    assert body["users"] == ["slurm"] and body["flags"] == ["MAINT", "IGNORE_JOBS"]
+    assert body["duration"] == {"set": False, "infinite": True, "number": 0} and body["start_time"]["set"] is True
+    listed["reservations"].append({"name": name})
+    server.answers[("DELETE", path)] = (200, {"errors": []})
+    assert rest.reservation_exists(name) is True
+    assert rest.delete_reservation(name).argv == ["DELETE", "http://127.0.0.1:6820" + path]
+    with pytest.raises(FieldError) as bad:
+        rest.reservation_exists("x/../../nodes")
+    assert bad.value.field == "reservation"
+
+
+def test_a_server_before_25_05_cannot_make_a_reservation(tmp_path):
+    old = {"paths": {"/slurm/v0.0.42/ping/": {}}}
+    rest, server = client(tmp_path, {("GET", "/openapi/v3"): (200, old)})
+    with pytest.raises(SlurmRestError, match=r"data parser v0\.0\.42 cannot \(from v0\.0\.43 on, Slurm 25\.05"):
+        rest.create_reservation("gpufleet-validate-0a1b2c3d4e5f", "gpu-a-003", "slurm")
+    assert not [call for call in server.calls if call[0] == "POST"]
