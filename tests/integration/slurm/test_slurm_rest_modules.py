@@ -142,8 +142,9 @@ def test_a_node_is_validated_in_a_reservation_made_through_slurmrestd(cluster, r
     node = "%s-003" % cluster.pool["name"]
     lab = tmp_path / "lab"
     (lab / "bin").mkdir(parents=True)
+    for name in ("all_reduce_perf_sim", "lab_gpu_state.py"):  # the stand-in and the module it reads GPUs with
+        (lab / "bin" / name).write_bytes((cluster.bin_dir / name).read_bytes())
     sim = lab / "bin" / "all_reduce_perf_sim"
-    sim.write_bytes((cluster.bin_dir / "all_reduce_perf_sim").read_bytes())
     sim.chmod(0o755)
     fake_gpu_state.init(str(lab / "gpus" / node), 8, node, "NVIDIA-H100-80GB-HBM3")
     output_dir = tmp_path / "validation"
