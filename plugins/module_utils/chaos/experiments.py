@@ -245,7 +245,7 @@ _IB_SIMULATED = ("the HCA: the port's states and counters are files in the lab n
 _add(Experiment(
     name="ib_port_down", family="ib_fault",
     summary="An InfiniBand port goes DOWN/Disabled (params.hca, params.port)",
-    lab_backends=("ib_sim",), site_backends=(),
+    lab_backends=("ib_sim",), site_backends=("ibportstate",),
     detection=Detection('max(1 - gpufleet_ib_port_up{{node="{node}",hca="{hca}",port="{port}"}})', "at_least", 1,
                         what="the port's up gauge"),
     alerts=("GpuNodeInfiniBandDown",),
@@ -254,7 +254,7 @@ _add(Experiment(
 _add(Experiment(
     name="ib_link_flap", family="ib_fault",
     summary="An InfiniBand link flaps: down and up params.times times (default 3, the agent's flap count)",
-    lab_backends=("ib_sim",), site_backends=(),
+    lab_backends=("ib_sim",), site_backends=("ibportstate",),
     detection=Detection('sum(gpufleet_ib_port_link_downed_total{{node="{node}",hca="{hca}",port="{port}"}})',
                         what="the port's link_downed counter"),
     alerts=("GpuNodeInfiniBandDown",),
