@@ -27,7 +27,7 @@ options:
         type: str
         required: true
         choices: [fence, quarantine, notify, jobs, down, opt_out, drain, evidence, reset_gpu, restart_fm, verify,
-                  validate, resume, replace, hold, record]
+                  validate, resume, replace, admit, hold, record]
       outcome:
         description: More outcome to store with the module's own (what an earlier task of the same phase did).
         type: dict

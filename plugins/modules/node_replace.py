@@ -65,6 +65,13 @@ options:
         pool (layout order) that is not in service. A node retired by an earlier replacement is no spare.
       - With O(state=restored), the node to take out again; default - the one that replaces O(name).
     type: str
+  fence_reason:
+    description:
+      - Provider V(lab) - the spare is drained in Slurm with this reason before its slurmd registers, so it takes
+        no job until the remediation's C(admit) phase has validated it (M(gpufleet.resilience.node_validate)).
+      - Other providers bring up what the site's machinery makes; a replacement that must not take work before
+        its admission joins drained by the site's own configuration.
+    type: str
   boot_delay:
     description:
       - V(lab) only (other providers ignore it). Seconds of simulated boot before the spare's Kubernetes node
@@ -254,6 +261,7 @@ def argspec():
         state=dict(type="str", choices=["replaced", "restored", "retired"], default="replaced"),
         spare=dict(type="str"),
         boot_delay=dict(type="float", default=0),
+        fence_reason=dict(type="str"),
         remediation_id=dict(type="str"),
         lab_dir=dict(type="path"),
         slurm_conf=dict(type="path"),

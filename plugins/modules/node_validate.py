@@ -31,6 +31,9 @@ description:
     needs data parser v0.0.43, Slurm 25.05, or later).
   - The settings may differ per node pool (O(pools), O(pool)); a pool's O(backend=none) records the phase as
     skipped and touches nothing.
+  - With O(admit), the C(admit) phase of a replacement node, which came up drained with the remediation's
+    reason - a node that passes is not drained again but takes work as soon as its reservation is gone, and
+    with O(backend=none) the fence is lifted at once (when it is ours).
 author: gpufleet.resilience contributors (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.resilience.attributes
@@ -93,6 +96,14 @@ options:
     description: all_reduce_perf's path on the node, or its name on the node's PATH.
     type: str
     default: all_reduce_perf
+  admit:
+    description: The node is a replacement being admitted to work (see above), not a node to put back by C(resume).
+    type: bool
+    default: false
+  remediation_node:
+    description: The node the remediation is of, whose progress records the phase, when it is not O(node) (the
+      failed node whose replacement O(node) is admitted).
+    type: str
   pool:
     description: The node's pool (its C(gpufleet.io/pool) label); with O(pools), picks the pool's settings.
     type: str
@@ -177,6 +188,10 @@ reservation:
   description: The reservation's name.
   returned: unless skipped
   type: str
+node:
+  description: The node validated (with O(admit), the replacement).
+  returned: always
+  type: str
 actions:
   description: What this run did (or, in check mode, would do), in order.
   returned: always
@@ -207,6 +222,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     for_pool,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation_run import (
+    admit_unvalidated,
     keep_output,
     validate_node,
 )
@@ -227,6 +243,8 @@ def argspec():
         nccl_tests=dict(type="str", default="all_reduce_perf"),
         pool=dict(type="str"),
         pools=dict(type="dict", default={}),
+        admit=dict(type="bool", default=False),
+        remediation_node=dict(type="str"),
         gpus=dict(type="int"),
         output_dir=dict(type="path", required=True),
         user=dict(type="str"),
@@ -240,23 +258,29 @@ def argspec():
 def main():
     module = AnsibleModule(argument_spec=argspec(), supports_check_mode=True)
     p = module.params
+    owner = p["remediation_node"] or p["node"]  # whose remediation progress records the phase
     try:
         settings = for_pool(dict(p, user=p["user"] or getpass.getuser()))
         if settings["backend"] == NONE:
             outcome = {"skipped": "no validation backend%s (remediation_validate_backend)" % (
-                " for pool %s" % p["pool"] if p["pool"] in p["pools"] else ""), "actions": []}
-            record(p["progress"], p["node"], outcome, module.check_mode)
-            module.exit_json(changed=False, passed=None, why="", **outcome)
+                " for pool %s" % p["pool"] if p["pool"] in p["pools"] else ""), "actions": [], "node": p["node"]}
+            if p["admit"]:
+                client = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
+                outcome.update(admit_unvalidated(client, p["node"], module.check_mode))
+            record(p["progress"], owner, outcome, module.check_mode)
+            module.exit_json(changed=bool(outcome["actions"]) and not module.check_mode, passed=None, why="",
+                             **outcome)
         validation = Validation.from_params(settings)
         client = slurm_client(p, module_run_function(module), check_mode=module.check_mode)
         if not module.check_mode:
             os.makedirs(validation.output_dir, mode=0o750, exist_ok=True)
         outcome = validate_node(
-            client, validation, p["reason"], recorded_intent(p["progress"], p["node"]),
-            lambda ids: record_intent(p["progress"], p["node"], ids, module.check_mode), module.check_mode)
+            client, validation, p["reason"], recorded_intent(p["progress"], owner),
+            lambda ids: record_intent(p["progress"], owner, ids, module.check_mode), module.check_mode)
         outcome["evidence"] = None if module.check_mode else keep_output(validation, p["evidence_dir"])
+        outcome["node"] = validation.node
         failed = outcome["passed"] is False
-        record(p["progress"], p["node"], outcome, module.check_mode, stop=outcome["why"] if failed else None)
+        record(p["progress"], owner, outcome, module.check_mode, stop=outcome["why"] if failed else None)
     except OSError as exc:
         module.fail_json(msg="cannot create output_dir %s: %s" % (p["output_dir"], exc.strerror), field="output_dir")
     except GpufleetError as exc:

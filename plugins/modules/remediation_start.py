@@ -232,6 +232,10 @@ slurm_reason:
   description: The Slurm reason for the fence, C(gpufleet:) first.
   type: str
   returned: unless skipped
+replacement:
+  description: The node a C(replace) phase already done brought in (a resumed run), else V(null).
+  type: str
+  returned: unless skipped
 first:
   description:
     - With O(fence) and O(notify), the outcome of each phase this run did (V(fence), V(quarantine), V(notify)), as

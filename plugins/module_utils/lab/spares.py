@@ -293,14 +293,22 @@ class LabNodes:
 
     # -- activate --------------------------------------------------------------------------
     def activate(self, name: str, annotations: Optional[Mapping[str, str]] = None, boot_delay: float = 0.0,
-                 check_mode: bool = False, field_name: str = "name") -> List[str]:
-        """Bring ``name`` online; the actions done (or, in check mode, to do); none when it is online."""
+                 check_mode: bool = False, field_name: str = "name", fence_reason: Optional[str] = None) -> List[str]:
+        """Bring ``name`` online; the actions done (or, in check mode, to do); none when it is online.
+
+        With ``fence_reason``, a node not yet in service is drained in Slurm with it first: Slurm keeps
+        a FUTURE node's DRAIN when its slurmd registers (measured, 22.05), so it takes no job before
+        the remediation's admit phase has validated it. Retiring it (FUTURE again) clears the drain."""
         recipe = self.recipe(name, field_name)
         actions: List[str] = []
         wanted = {key: value for key, value in (annotations or {}).items() if value is not None}
         self._activate_kube(recipe, wanted, boot_delay, check_mode, actions)
         in_service = self.slurmd_alive(name)
         self._activate_gpus(recipe, in_service, check_mode, actions)
+        if fence_reason and not in_service:
+            actions.append("drain Slurm node %s before it registers: %s" % (name, fence_reason))
+            if not check_mode:
+                self.slurm.set_node_state(name, "DRAIN", fence_reason)
         self._activate_slurmd(recipe, check_mode, actions)
         self._activate_agent(recipe, check_mode, actions)
         return actions

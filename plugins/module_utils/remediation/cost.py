@@ -7,7 +7,7 @@ Each part is a count of GPUs times hours, from the fault (the ``GpuHealthy`` con
 transition, else the remediation's start):
 
 * ``node``: the node's GPUs until it is back in service (the end of ``resume``) or a spare has taken
-  its place (the end of a ``replace`` that named one);
+  its place (the end of ``admit``, where the spare was validated, else of a ``replace`` that named one);
 * ``waiting``: each job moved off the node, its GPUs until it runs again (its start as Slurm gives it
   when the record is written);
 * the work a job does again, from its last checkpoint to when it left: none for a job that left
@@ -44,9 +44,12 @@ def back_in_service(record: Mapping[str, Any]) -> Optional[float]:
     if "resume" in ends:
         return float(ends["resume"]["end"])
     replaced = ends.get("replace")
-    if replaced and (replaced.get("outcome") or {}).get("replacement"):
-        return float(replaced["end"])
-    return None
+    if not (replaced and (replaced.get("outcome") or {}).get("replacement")):
+        return None
+    admitted = ends.get("admit")
+    if admitted:  # the spare took work once admitted; one that failed its validation did not
+        return None if (admitted.get("outcome") or {}).get("passed") is False else float(admitted["end"])
+    return float(replaced["end"])
 
 
 def _hours(gpus: Optional[int], start: float, end: float) -> float:

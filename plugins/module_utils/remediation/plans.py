@@ -6,7 +6,8 @@ The table follows NVIDIA's XID catalog buckets (docs/health.md), proportionate t
 
 * ``RESTART_BM``/``RESTART_VM`` (XID 79, 151...): the node is lost; fence and quarantine it first
   (Slurm DRAIN, cordon and taint, in the run that claims it), then notify, let its jobs checkpoint
-  and requeue, take it out of Kubernetes and replace it from spare capacity.
+  and requeue, take it out of Kubernetes and replace it from spare capacity; the replacement comes
+  up fenced and is admitted to work once it has passed the same validation as a reset node.
 * ``RESET_GPU``/``DRAIN_AND_RESET`` (XID 48, 48+63, 62, ...): fence and quarantine first, drain,
   reset the GPU, verify that it is healthy, validate it under load (a burn on the node itself,
   ``validation.py``), and put the node back in service.
@@ -54,18 +55,20 @@ PHASES = (
     "verify",  # the node's GpuHealthy condition is True again
     "validate",  # a burn on the node itself, reserved for it in Slurm; a failure holds the node
     "resume",  # undo quarantine and fence: the node is back in service
-    "replace",  # retire the node, bring a spare online (lab | clusterapi | command)
+    "replace",  # retire the node, bring a spare online (lab | clusterapi | command), fenced
+    "admit",  # validate the replacement in a reservation of it, then let it take work; a failure holds it
     "hold",  # label the node for a human and fire an alert
     "record",  # the audit record: one JSON line with the whole timeline
 )
 # Phases that change the node's state: a plan with one of these needs a circuit-breaker slot.
 ACTING_PHASES = frozenset(("fence", "down", "quarantine", "drain", "reset_gpu", "restart_fm", "validate", "replace",
-                           "hold"))
+                           "admit", "hold"))
 # What a refused remediation may still do while the breaker is open: stop new work (reversible).
 BREAKER_OPEN_MAY = frozenset(("fence",))
 
 # The evidence is collected before the node is reset, replaced or held: afterwards it is gone.
-_REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record")
+_REPLACE = ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "admit",
+            "record")
 _RESET = ("fence", "quarantine", "notify", "jobs", "opt_out", "drain", "evidence", "reset_gpu", "verify", "validate",
           "resume", "record")
 _HOLD = ("fence", "quarantine", "notify", "jobs", "down", "evidence", "hold", "record")
@@ -88,9 +91,11 @@ DEFAULT_PLANS: Dict[str, Tuple[str, ...]] = {
 # What the notification says will be done, per plan.
 _RESET_INTENT = ("fence it, let its jobs checkpoint and requeue, drain it, reset the GPU, validate it under load "
                  "and put it back in service")
+_REPLACE_INTENT = ("fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare "
+                   "capacity, the replacement validated before it takes work")
 INTENTS = {
-    "RESTART_BM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
-    "RESTART_VM": "fence it in Slurm, let its jobs checkpoint and requeue, drain it and replace it from spare capacity",
+    "RESTART_BM": _REPLACE_INTENT,
+    "RESTART_VM": _REPLACE_INTENT,
     "RESET_GPU": _RESET_INTENT,
     "DRAIN_AND_RESET": _RESET_INTENT,
     "RESTART_FM": "fence it, restart the fabric manager, validate it under load and put the node back in service",

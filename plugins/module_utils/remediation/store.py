@@ -293,6 +293,9 @@ class RemediationStore:
             "intents": progress.get("intents") or {},
             "decisions": progress.get("decisions") or {},
             "slurm_reason": slurm_reason(fault, progress["id"]),
+            # The spare a replace phase done before brought in (a run resumed after it): admit's node.
+            "replacement": (((progress.get("phases") or {}).get("replace") or {}).get("outcome") or {}).get(
+                "replacement"),
             "trigger": progress.get("trigger") or {},
             "started_at": progress.get("started_at"),
             "message": "%s %s: plan %s (%s)%s"

@@ -81,6 +81,8 @@ class Validation:
     gpus: Optional[int] = None
     min_busbw_gbps: float = 0.0
     nccl_tests: str = "all_reduce_perf"
+    # The admit phase: the node is a replacement that came up fenced; passed, it takes work at once.
+    admit: bool = False
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "Validation":
@@ -120,11 +122,12 @@ class Validation:
                              % " ".join(NCCL_TESTS_ARGS))
         return cls(node=node, remediation_id=remediation_id, backend=backend, seconds=seconds,
                    min_ratio=float(min_ratio), output_dir=output_dir, user=user, lab_dir=lab_dir,
-                   dcgm_level=level, gpus=gpus, min_busbw_gbps=float(floor), nccl_tests=program)
+                   dcgm_level=level, gpus=gpus, min_busbw_gbps=float(floor), nccl_tests=program,
+                   admit=bool(params.get("admit")))
 
     @property
     def name(self) -> str:
-        return names(self.remediation_id)
+        return names(("admit " if self.admit else "") + self.remediation_id)
 
     @property
     def tool(self) -> str:

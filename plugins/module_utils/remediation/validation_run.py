@@ -13,7 +13,8 @@ Slurm never starts a job on a DRAIN node, reservation or not. So, in this order:
 5. the node is drained again, whatever the verdict (with the fence's reason when it passed, so
    ``resume`` lifts it; with ``gpufleet: validation failed: ...`` when it did not), and only then
    the reservation is deleted. A crash anywhere leaves the node drained or reserved: never open
-   to work that has not passed.
+   to work that has not passed. A replacement being admitted (``admit``) that passed is not
+   drained again: with the reservation gone, it takes work.
 
 Every step looks before it acts, so a rerun does only what is left. The caller records the
 phase (``phase_record``).
@@ -53,7 +54,8 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
         actions += ["reserve %s for %s (%s)" % (validation.node, validation.user, name),
                     "resume %s into the reservation" % validation.node,
                     "run %s there and judge its output" % " ".join(validation.command()),
-                    "drain %s again and delete the reservation" % validation.node]
+                    ("delete the reservation: %s takes work if it passed, else drain it" if validation.admit
+                     else "drain %s again and delete the reservation") % validation.node]
         outcome.update(passed=None, why="check mode: nothing ran")
         return outcome
     job_id = outcome["job_id"]
@@ -81,12 +83,27 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
     else:
         verdict = judge_output(validation)
     outcome.update(verdict)
-    drain_reason = reason if verdict["passed"] else failed_reason(reason, verdict["why"], validation.remediation_id)
-    client.set_node_state(validation.node, "DRAIN", drain_reason)
-    actions.append("drained %s: %s" % (validation.node, drain_reason))
+    if not (verdict["passed"] and validation.admit):
+        drain_reason = reason if verdict["passed"] else failed_reason(reason, verdict["why"], validation.remediation_id)
+        client.set_node_state(validation.node, "DRAIN", drain_reason)
+        actions.append("drained %s: %s" % (validation.node, drain_reason))
     if client.delete_reservation(name) is not None:
         actions.append("deleted reservation %s" % name)
+    if verdict["passed"] and validation.admit:
+        actions.append("admitted %s: it takes work" % validation.node)
     return outcome
+
+
+def admit_unvalidated(client: Any, node: str, check_mode: bool = False) -> Dict[str, Any]:
+    """The admit phase with no validation backend: lift the fence the replacement came up with (ours
+    alone: a reason that starts with ``gpufleet:``), so it takes work as it did before admit existed."""
+    found = client.nodes([node], with_jobs=False)[node]
+    actions: List[str] = []
+    if fenced(found) and (found.reason or "").startswith("gpufleet:"):
+        actions.append("resumed %s (no validation backend)" % node)
+        if not check_mode:
+            client.set_node_state(node, "RESUME")
+    return {"actions": actions}
 
 
 def wait_for_job(client: Any, job_id: str, limit_s: float, clock: Callable[[], float],

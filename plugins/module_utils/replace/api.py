@@ -70,6 +70,9 @@ class ReplaceRequest:
     command_timeout: float = 600.0
     kube_connect_timeout: Optional[float] = None
     kube_read_timeout: Optional[float] = None
+    # Provider lab: the spare is drained in Slurm with this reason before its slurmd registers, so it
+    # takes no work until the admit phase has validated it.
+    fence_reason: Optional[str] = None
 
 
 @dataclass
@@ -106,7 +109,8 @@ def check_request(request: ReplaceRequest) -> None:
     check_number(request.command_timeout, "command_timeout", above=0)
     check_number(request.boot_delay, "boot_delay", minimum=0)
     kube_timeouts(vars(request))
-    for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "host", "ca_cert", "clusterapi_namespace"):
+    for option in ("lab_dir", "slurm_conf", "kubeconfig", "context", "host", "ca_cert", "clusterapi_namespace",
+                   "fence_reason"):
         optional_text(getattr(request, option), option)
     if request.provider != "lab":
         if request.state == "restored":
@@ -163,7 +167,7 @@ def _lab(request: ReplaceRequest, run: RunFunction, check_mode: bool) -> Replace
         outcome = lab_provider.retire(nodes, request.name, check_mode)
     else:
         outcome = lab_provider.replace(nodes, request.name, request.spare, request.remediation_id,
-                                       request.boot_delay, check_mode)
+                                       request.boot_delay, check_mode, fence_reason=request.fence_reason)
     return ReplaceResult(changed=outcome.changed, provider="lab", state=request.state,
                          replacement=outcome.replacement, retired=outcome.retired, actions=outcome.actions,
                          diff={"before": outcome.before, "after": outcome.after if outcome.changed else outcome.before})

@@ -55,8 +55,9 @@ def _check_spare(nodes: LabNodes, name: str, spare: str) -> None:
 
 
 def replace(nodes: LabNodes, name: str, spare: Optional[str] = None, remediation_id: Optional[str] = None,
-            boot_delay: float = 0.0, check_mode: bool = False) -> LabOutcome:
-    """Bring a spare online in place of ``name``, then take ``name`` out of service."""
+            boot_delay: float = 0.0, check_mode: bool = False, fence_reason: Optional[str] = None) -> LabOutcome:
+    """Bring a spare online in place of ``name`` (drained with ``fence_reason`` before it registers,
+    when given), then take ``name`` out of service."""
     nodes.recipe(name)
     if spare:
         _check_spare(nodes, name, spare)
@@ -88,7 +89,8 @@ def replace(nodes: LabNodes, name: str, spare: Optional[str] = None, remediation
                     else "it has none (spares: 0)"))
         before = _service(nodes, name, chosen)
         try:
-            actions = nodes.activate(chosen, annotations, boot_delay, check_mode, field_name="spare")
+            actions = nodes.activate(chosen, annotations, boot_delay, check_mode, field_name="spare",
+                                     fence_reason=fence_reason)
         except SpareTaken:
             if spare:  # the one asked for went to another replacement meanwhile
                 raise

@@ -26,7 +26,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.report.documen
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record"]
+REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
+                  "admit", "record"]
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +268,11 @@ def test_xid79_drill_end_to_end_every_loop_step_green(lab, self_healing, tmp_pat
         assert ET.fromstring(base.with_suffix(".svg").read_text()).tag.endswith("svg")
         assert screenshot(base.with_suffix(".html"), tmp_path / "report.png") > 20000
         # -- the remediation that answered the drill ----------------------------------------------
-        record = [r for r in drills.audit(node) if r["started_at"] >= started - 1][-1]
+        # The job runs again before the remediation ends: the spare's admission (its validation) and
+        # the record come after the scheduler step.
+        records = wait_for(lambda: [r for r in drills.audit(node) if r["started_at"] >= started - 1], 120, 0.5,
+                           what="the audit record of the remediation of %s" % node)
+        record = records[-1]
         assert record["result"] == "succeeded", record
         # Quarantine first by the first responder (the lab's default), which handed the remediation to
         # the playbook the alert started: one remediation, not resumed.

@@ -24,7 +24,7 @@ from remediation_probe import NAMESPACE, Fleet, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
-                  "record"]
+                  "admit", "record"]
 
 
 def inject(lab, node, *xids, gpu=2):
@@ -361,15 +361,15 @@ def test_a_pdb_that_blocks_the_drain_is_reported_and_the_node_stays_fenced(fleet
 
 
 def assert_cost_matches_the_timeline(lab, record, job, train_out):
-    """GPU-hours lost: the node's 8 GPUs from the fault to the end of the replacement (the spare in its
-    place), and the job's one GPU from the fault until Slurm started it again, which is when train_sim
-    says it resumed, or just before."""
+    """GPU-hours lost: the node's 8 GPUs from the fault to the end of the spare's admission (validated in
+    its place), and the job's one GPU from the fault until Slurm started it again, which is when
+    train_sim says it resumed, or just before."""
     cost, ends = record["cost"], {step["phase"]: step["end"] for step in record["timeline"]}
     began = cost["fault_at"]
     assert began == record["fault"]["since"] and began <= record["started_at"], (cost, record["fault"])
     assert (cost["node_gpus"], cost["back_in_service_at"], cost["open"], cost["unknown"]) == (
-        8, ends["replace"], [], []), cost
-    assert cost["node_gpu_hours"] == pytest.approx(8 * (ends["replace"] - began) / 3600, abs=1e-3)
+        8, ends["admit"], [], []), cost
+    assert cost["node_gpu_hours"] == pytest.approx(8 * (ends["admit"] - began) / 3600, abs=1e-3)
     (moved,) = cost["jobs"]
     started = lab.slurm("scontrol", "show", "job", job, "-o").split(" StartTime=", 1)[1].split()[0]
     assert moved["job_id"] == job and moved["gpus"] == 1
@@ -439,6 +439,14 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
         assert Fleet.output(tmp_path / "job").count("signal=SIGTERM") == 1
         added = set(fleet.active_nodes()) - spares_before
         assert len(added) == 1 and fleet.kube_node(node) is None
+        # The spare came up drained with the remediation's reason, passed its validation in a
+        # reservation of its own, and takes work.
+        (spare,) = added
+        steps = {s["phase"]: s["outcome"] for s in record["timeline"]}
+        assert "drain Slurm node %s before it registers: gpufleet:" % spare in " ".join(steps["replace"]["actions"])
+        assert steps["admit"]["passed"] is True and steps["admit"]["node"] == spare, steps["admit"]
+        assert steps["admit"]["actions"][-1] == "admitted %s: it takes work" % spare
+        assert fleet.slurm_states()[spare].split("|")[0] in ("idle", "mixed", "allocated"), fleet.slurm_states()
         # The evidence, collected once before the replacement, holds the fault as each part saw it.
         evidence_dir = lab.lab_dir / "remediation" / "evidence"
         bundles = [evidence_dir / record["id"]]

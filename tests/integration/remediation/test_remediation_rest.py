@@ -24,7 +24,8 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner i
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-RESTART_BM = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "record"]
+RESTART_BM = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace", "admit",
+              "record"]
 
 
 def rest_settings(slurm_lab) -> Dict[str, Any]:

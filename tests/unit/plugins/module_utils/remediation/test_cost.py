@@ -102,3 +102,17 @@ def test_the_end_text_says_what_it_cost(with_cost):
     if with_cost:
         done["cost"] = incident_cost(done, 8, {}, now=FAULT + 3700)
     assert ("Cost: 8.00 GPU-hours lost (node 8.00, jobs waiting 0.00)." in end_text(done)) is with_cost
+
+
+def test_a_validated_spare_is_back_when_admitted_and_one_that_failed_is_not():
+    steps = [phase("replace", FAULT + 600, replacement="gpu-a-009")]
+    admitted = record("RESTART_BM", [*steps, phase("admit", FAULT + 960, passed=True)])
+    assert incident_cost(admitted, 8, {}, now=FAULT + 1000)["back_in_service_at"] == FAULT + 960
+    failed = record("RESTART_BM", [*steps, phase("admit", FAULT + 960, passed=False)])
+    assert incident_cost(failed, 8, {}, now=FAULT + 1000)["back_in_service_at"] is None
+    # No backend: the spare's fence lifted at once, in service at the end of admit too.
+    lifted = record("RESTART_BM", [*steps, phase("admit", FAULT + 601, skipped="no validation backend")])
+    assert incident_cost(lifted, 8, {}, now=FAULT + 1000)["back_in_service_at"] == FAULT + 601
+    no_spare = record("RESTART_BM", [phase("replace", FAULT + 60, replacement=None, provider="none"),
+                                     phase("admit", FAULT + 61, skipped="no replacement named")])
+    assert incident_cost(no_spare, 8, {}, now=FAULT + 1000)["back_in_service_at"] is None

@@ -77,7 +77,7 @@ def test_fault_input_names_the_bad_field():
 def test_fatal_xid79_plan_replaces_the_node():
     plan = plans.plan_for("RESTART_BM")
     assert plan.phases == ("fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
-                           "record")
+                           "admit", "record")
     assert plan.acts
 
 

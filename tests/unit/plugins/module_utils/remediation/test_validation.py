@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     names,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation_run import (
+    admit_unvalidated,
     keep_output,
     validate_node,
 )
@@ -213,8 +214,8 @@ class FakeSlurm:
         self.calls.append(("cancel", job_id))
 
 
-def run(tmp_path, client, output_text, intent=None, limit=None):
-    validation = Validation.from_params(params(tmp_path))
+def run(tmp_path, client, output_text, intent=None, limit=None, **more):
+    validation = Validation.from_params(params(tmp_path, **more))
     Path(validation.output_dir).mkdir(parents=True, exist_ok=True)
     Path(validation.output).write_text(output_text)
     recorded = []
@@ -233,6 +234,32 @@ def test_reserve_resume_submit_then_drain_before_the_reservation_goes(tmp_path):
     assert client.calls[1][2] == "RESUME" and client.calls[2][1] == names(REMEDIATION)
     # Passed: drained again with the fence's own reason, so the resume phase lifts it.
     assert client.calls[3][2:] == ("DRAIN", "gpufleet: Xid48 (remediation %s)" % REMEDIATION)
+
+
+def test_an_admitted_replacement_that_passes_takes_work_and_one_that_fails_stays_drained(tmp_path):
+    client = FakeSlurm()
+    outcome = run(tmp_path, client, burn_output(tmp_path), admit=True)[0]
+    assert outcome["passed"] and [call[0] for call in client.calls] == ["reserve", "state", "submit", "unreserve"]
+    assert client.calls[1][2] == "RESUME" and not client.drained
+    assert outcome["actions"][-1] == "admitted gpu-a-003: it takes work"
+    # Its own reservation: never the one of a validate phase of the same remediation.
+    assert client.calls[0][1] != names(REMEDIATION) and client.calls[0][1].startswith("gpufleet-validate-")
+    failing = FakeSlurm()
+    outcome = run(tmp_path, failing, burn_output(tmp_path, **{"2": {"perf_permille": 300}}), admit=True)[0]
+    assert not outcome["passed"] and failing.drained
+    assert failing.calls[3][2] == "DRAIN" and failing.calls[3][3].startswith("gpufleet: validation failed: GPU(s) 2")
+
+
+def test_an_admit_with_no_backend_lifts_our_fence_alone():
+    ours = FakeSlurm()
+    ours.nodes = lambda names, with_jobs=True: {names[0]: SimpleNamespace(
+        flags=("DRAIN",), state="IDLE", reason="gpufleet: Xid79 (remediation r-1)")}
+    assert admit_unvalidated(ours, "gpu-a-005")["actions"] == ["resumed gpu-a-005 (no validation backend)"]
+    assert ours.calls == [("state", "gpu-a-005", "RESUME", None)]
+    theirs = FakeSlurm()
+    theirs.nodes = lambda names, with_jobs=True: {names[0]: SimpleNamespace(
+        flags=("DRAIN",), state="IDLE", reason="disk swap by ops")}
+    assert admit_unvalidated(theirs, "gpu-a-005")["actions"] == [] and theirs.calls == []
 
 
 def test_a_down_node_is_resumed_into_the_reservation_too(tmp_path):

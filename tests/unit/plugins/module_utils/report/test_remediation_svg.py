@@ -28,7 +28,8 @@ def record(plan_name="RESTART_BM", steps=(), result="succeeded", stop=None):
 REPLACED = record(steps=[("fence", 0.2, {}), ("quarantine", 0.3, {}), ("notify", 0.5, {}),
                          ("jobs", 3.0, {"jobs": [JOB]}), ("down", 3.2, {}), ("opt_out", 3.4, {}),
                          ("drain", 5.0, {}), ("evidence", 5.4, {"path": "/var/lib/gpufleet/evidence/r-1"}),
-                         ("replace", 14.0, {"spare": "gpu-a-005"}), ("record", 14.1, {})])
+                         ("replace", 14.0, {"spare": "gpu-a-005"}), ("admit", 14.8, {"passed": True}),
+                         ("record", 14.9, {})])
 
 
 def groups(root, cls):
@@ -42,7 +43,7 @@ def texts(element):
 def test_a_replacement_shows_every_phase_the_states_and_the_job():
     svg = remediation_svg.render(REPLACED)
     root = ET.fromstring(svg)  # well-formed, self-contained
-    assert "Remediation r-1 of gpu-a-003: plan RESTART_BM, succeeded in 14.1 s" in texts(root)
+    assert "Remediation r-1 of gpu-a-003: plan RESTART_BM, succeeded in 14.9 s" in texts(root)
     phases = groups(root, "phase")
     assert [g.get("class").split()[1] for g in phases] == ["phase-%s" % p for p in plans.plan_for("RESTART_BM").phases]
     assert all("outcome-done" in g.get("class") for g in phases)
@@ -72,7 +73,8 @@ def test_an_opt_out_skips_the_rest_and_says_why():
                      stop="node labelled gpufleet.io/remediation=disabled")
     root = ET.fromstring(remediation_svg.render(stopped))
     skipped = [g for g in groups(root, "phase") if "outcome-skipped" in g.get("class")]
-    assert [g.get("class").split()[1] for g in skipped] == ["phase-drain", "phase-evidence", "phase-replace"]
+    assert [g.get("class").split()[1] for g in skipped] == ["phase-drain", "phase-evidence", "phase-replace",
+                                                            "phase-admit"]
     assert any("skipped: node labelled" in t for g in skipped for t in texts(g))
     assert any("stopped at opt_out" in t for t in texts(root))
     assert "Jobs: none on the node" in texts(root)
