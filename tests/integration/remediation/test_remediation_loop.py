@@ -21,6 +21,8 @@ import pytest
 from agent_probe import AgentProbe, firing_alerts, prometheus_query, wait_for
 from remediation_probe import NAMESPACE, Fleet, wait_until
 
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state
+
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
 REPLACE_PHASES = ["fence", "quarantine", "notify", "jobs", "down", "opt_out", "drain", "evidence", "replace",
@@ -465,6 +467,39 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
         print("\ncrash safety: killed in %s; resumed %d times" % (kills, len(record["resumed_at"])))
     finally:
         fleet.cancel(job)
+        if fleet.kube_node(node) is None:
+            fleet.restore(node)
+        fleet.heal(node)
+
+
+def test_a_replacement_that_fails_its_validation_takes_no_work_and_is_held(fleet):
+    """XID 79, and every spare of the pool has a GPU at 40 % of its rate (the lab's perf_permille, which
+    bringing a spare online keeps): the spare comes up drained, fails its admission, stays drained in
+    Slurm with why, and is held for a human; the remediation stops at admit."""
+    node = fleet.active_nodes()[0]
+    spares = sorted(set(os.listdir(fleet.lab.lab_dir / "gpus")) - set(fleet.active_nodes()))
+    before = {spare: fake_gpu_state.read(str(fleet.lab.lab_dir / "gpus" / spare))["gpus"][3]["perf_permille"]
+              for spare in spares}
+    for spare in spares:
+        fake_gpu_state.set_fields(str(fleet.lab.lab_dir / "gpus" / spare), 3, perf_permille=400)
+    inject(fleet.lab, node, 79)
+    try:
+        run = fleet.remediate(node)
+        assert run.rc == 0, run.output[-3000:]
+        record = fleet.audit(node)[-1]
+        assert record["result"] == "stopped" and record["stopped"]["at_phase"] == "admit", record
+        admit = {step["phase"]: step["outcome"] for step in record["timeline"]}["admit"]
+        spare = admit["node"]
+        assert spare in spares and admit["passed"] is False and admit["slow"] == [3], admit
+        slurm = fleet.slurm_node(spare)
+        assert "DRAIN" in slurm["State"] and slurm["Reason"].startswith("gpufleet: validation failed: GPU(s) 3"), slurm
+        assert fleet.kube_node(spare)["metadata"]["labels"]["gpufleet.io/remediation-hold"] == "true"
+        assert admit["reservation"] not in fleet.lab.slurm("scontrol", "show", "reservation", check=False)
+        # The pool is a node short until a human returns the spare; the incident's cost is still open.
+        assert record["cost"]["back_in_service_at"] is None and "node" in record["cost"]["open"], record["cost"]
+    finally:
+        for spare, perf in before.items():
+            fake_gpu_state.set_fields(str(fleet.lab.lab_dir / "gpus" / spare), 3, perf_permille=perf)
         if fleet.kube_node(node) is None:
             fleet.restore(node)
         fleet.heal(node)
