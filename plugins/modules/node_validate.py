@@ -61,6 +61,9 @@ options:
     required: true
   backend:
     description:
+      - V(auto) - what the node has - C(dcgmi diag -r <dcgm_level>) where DCGM is installed, else
+        C(gpu_burn -d -m 90% <seconds>), else nothing (RV(passed) null, RV(skipped) says so; the node is drained
+        again with the fence's reason, or with O(admit) takes work). The job's first line names the tool it ran.
       - V(lab) - the lab's C(gpu_burn_sim) (O(lab_dir)), which prints what gpu-burn prints from the simulated
         GPUs' state.
       - V(gpu_burn) - C(gpu_burn -d -m 90% <seconds>) on the node's PATH.
@@ -70,7 +73,7 @@ options:
       - "V(none) - no validation: the phase is recorded as skipped."
     type: str
     required: true
-    choices: [lab, gpu_burn, dcgm_diag, nccl_tests, none]
+    choices: [auto, lab, gpu_burn, dcgm_diag, nccl_tests, none]
   seconds:
     description: How long the burn lasts (gpu-burn, the lab's); the job's limit is this plus a minute.
     type: int
@@ -151,7 +154,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 passed:
-  description: Whether the node passed (V(null) in check mode, where nothing ran).
+  description: Whether the node passed (V(null) in check mode, where nothing ran, and when V(auto) found no tool).
   returned: always
   type: bool
 why:
@@ -168,7 +171,7 @@ busbw_gbps:
   returned: when all_reduce_perf ran
   type: float
 skipped:
-  description: Why nothing ran (the pool's backend is V(none)).
+  description: Why nothing ran (the pool's backend is V(none)), or why nothing was checked (V(auto) found no tool).
   returned: when skipped
   type: str
 slow:

@@ -7,6 +7,8 @@ wrong results, dies under load or runs at half its rate. So before ``resume``, a
 fenced node itself, as a Slurm job in a maintenance reservation of that node (nothing else can
 land there meanwhile), and its output decides:
 
+* ``auto`` - what the node has: ``dcgmi diag`` where DCGM is installed, else gpu-burn, else nothing
+  (the node is not validated, and the record says so): on by default wherever a tool exists;
 * ``lab`` - the lab's ``gpu_burn_sim`` (its GPUs are files; it prints what gpu-burn prints, from
   their state);
 * ``gpu_burn`` - ``gpu_burn -d -m 90% <seconds>``;
@@ -31,7 +33,8 @@ import hashlib
 import math
 import os
 import re
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
@@ -40,7 +43,12 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import BatchJob
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.client import check_node
 
-BACKENDS = ("lab", "gpu_burn", "dcgm_diag", "nccl_tests")
+BACKENDS = ("auto", "lab", "gpu_burn", "dcgm_diag", "nccl_tests")
+# auto, on a node: DCGM's diagnostic where dcgmi is installed (it checks more than a burn), else
+# gpu-burn, else nothing. The job's first line names what it ran (AUTO_MARK <tool>), so its output
+# says how to read the rest; a node with neither is not validated, as with backend none, and says so.
+AUTO_MARK = "gpufleet-validate: "
+AUTO_TOOLS = ("dcgm_diag", "gpu_burn")
 NONE = "none"  # no validation: the phase is recorded as skipped
 POOL_LABEL = "gpufleet.io/pool"
 # What a pool may set over the defaults (``pools``).
@@ -139,6 +147,11 @@ class Validation:
 
     def command(self, gpus: Optional[int] = None) -> Tuple[str, ...]:
         """What the job runs; all_reduce_perf drives the node's ``gpus`` (all of them) from one process."""
+        if self.backend == "auto":
+            dcgm, burn = (shlex.join(replace(self, backend=tool).command(gpus)) for tool in AUTO_TOOLS)
+            return ("sh", "-c", "if command -v dcgmi >/dev/null 2>&1; then echo '{mark}dcgm_diag'; exec {dcgm}; "
+                                "elif command -v gpu_burn >/dev/null 2>&1; then echo '{mark}gpu_burn'; exec {burn}; "
+                                "else echo '{mark}none'; fi".format(mark=AUTO_MARK, dcgm=dcgm, burn=burn))
         if self.backend == "nccl_tests":
             return (self.nccl_tests, *NCCL_TESTS_ARGS, "-g", str(self.gpus or gpus or 1))
         if self.backend == "lab":
@@ -151,8 +164,8 @@ class Validation:
     @property
     def limit_s(self) -> int:
         """How long the job may take in all: Slurm's --time, and the module's wait."""
-        run = {"dcgm_diag": DCGM_LEVEL_SECONDS[self.dcgm_level], "nccl_tests": NCCL_TESTS_SECONDS}.get(
-            self.backend, self.seconds)
+        run = {"dcgm_diag": DCGM_LEVEL_SECONDS[self.dcgm_level], "nccl_tests": NCCL_TESTS_SECONDS,
+               "auto": max(DCGM_LEVEL_SECONDS[self.dcgm_level], self.seconds)}.get(self.backend, self.seconds)
         return run + START_MARGIN_S
 
     def batch_job(self, gpus: int) -> BatchJob:
@@ -180,6 +193,20 @@ def judge(text: str, tool: str, min_ratio: float, min_busbw_gbps: float = 0.0) -
             ", ".join("%d%%" % round(ratio * 100) for gpu, ratio in slow)))
     return {"passed": not reasons, "verdict": verdict, "why": "; ".join(reasons), "slow": slow_indices,
             "gflops": result.get("gflops") or [], "tool": tool}
+
+
+def judge_auto(text: str, min_ratio: float) -> Dict[str, Any]:
+    """backend auto's output: the tool its first line names, judged as that tool's; ``passed`` None
+    (not validated, nothing wrong found) when the node has none."""
+    marked = [line[len(AUTO_MARK):].strip() for line in text.splitlines() if line.startswith(AUTO_MARK)]
+    tool = marked[0] if marked else None
+    if tool == NONE:
+        return {"passed": None, "verdict": NONE, "why": "", "slow": [], "gflops": [], "tool": NONE,
+                "skipped": "no validation tool on the node (dcgmi, gpu_burn): not validated"}
+    if tool not in AUTO_TOOLS:
+        return {"passed": False, "verdict": "unknown", "slow": [], "gflops": [], "tool": "auto",
+                "why": "the validation job did not say which tool it ran: %s" % (_last_line(text) or "no output")}
+    return judge(text, tool, min_ratio)
 
 
 def judge_bandwidth(text: str, min_busbw_gbps: float) -> Dict[str, Any]:

@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     Validation,
     failed_reason,
     judge,
+    judge_auto,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import fenced
 
@@ -83,14 +84,17 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
     else:
         verdict = judge_output(validation)
     outcome.update(verdict)
-    if not (verdict["passed"] and validation.admit):
-        drain_reason = reason if verdict["passed"] else failed_reason(reason, verdict["why"], validation.remediation_id)
+    # passed None: backend auto found no tool on the node; nothing wrong was found, nothing was checked.
+    failed = verdict["passed"] is False
+    if failed or not validation.admit:
+        drain_reason = failed_reason(reason, verdict["why"], validation.remediation_id) if failed else reason
         client.set_node_state(validation.node, "DRAIN", drain_reason)
         actions.append("drained %s: %s" % (validation.node, drain_reason))
     if client.delete_reservation(name) is not None:
         actions.append("deleted reservation %s" % name)
-    if verdict["passed"] and validation.admit:
-        actions.append("admitted %s: it takes work" % validation.node)
+    if validation.admit and not failed:
+        actions.append("admitted %s: it takes work%s" % (
+            validation.node, "" if verdict["passed"] else " (not validated: %s)" % verdict.get("skipped")))
     return outcome
 
 
@@ -125,6 +129,8 @@ def judge_output(validation: Validation) -> Dict[str, Any]:
         return {"passed": False, "verdict": "unknown", "slow": [], "gflops": [],
                 "why": "the validation's output %s cannot be read on this host (%s): the output directory must be "
                        "shared with the node" % (validation.output, exc.strerror)}
+    if validation.backend == "auto":
+        return judge_auto(text, validation.min_ratio)
     return judge(text, validation.tool, validation.min_ratio, validation.min_busbw_gbps)
 
 

@@ -397,3 +397,39 @@ def test_evacuation_requeues_or_cancels_the_jobs_that_stay(lab, tmp_path, active
     with contextlib.suppress(AssertionError):
         wait_for("the requeued tasks pending", lambda: all(job_fields(lab, job).get("JobState") == "PENDING"
                                                            for job in tasks), timeout=10)
+
+
+def test_validate_auto_runs_what_the_node_has(lab, tmp_path, active, restore):
+    """node_validate's backend auto (the default off the lab), as a real Slurm job in a reservation: a node
+    with neither dcgmi nor gpu_burn on the job's PATH is not validated and says so, fenced again with the
+    fence's own reason; with a gpu_burn on it (our stand-in: the lab's gpu_burn_sim, reading this node's
+    simulated GPUs), the burn runs and is judged."""
+    name = active[-1]
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "gpu_burn").write_text("#!/bin/sh\nexec %s --state-dir %s --seconds 1\n" % (
+        lab.lab_dir / "bin" / "gpu_burn_sim", lab.lab_dir / "gpus" / name))
+    (tools / "gpu_burn").chmod(0o755)
+    output_dir = tmp_path / "validation"
+    output_dir.mkdir()
+    output_dir.chmod(0o777)  # the job's user writes there
+    lab.slurm("scontrol", "update", "NodeName=" + name, "State=DRAIN", "Reason=" + OURS)
+    validate = dict(node=name, reason=OURS, backend="auto", seconds=1, output_dir=str(output_dir),
+                    slurm_conf=str(lab.slurm_conf))
+    path = lab.env()["PATH"]
+    results = play(lab, tmp_path, [
+        {"name": "auto on a node with no tool", "gpufleet.resilience.node_validate": dict(
+            validate, remediation_id="r-it-auto-none"), "register": "no_tool"},
+        {"name": "auto on a node with gpu_burn", "gpufleet.resilience.node_validate": dict(
+            validate, remediation_id="r-it-auto-burn"), "environment": {"PATH": "%s:%s" % (tools, path)},
+         "register": "burn"},
+    ])
+    none, burn = results["no_tool"], results["burn"]
+    assert none["passed"] is None and none["skipped"].startswith("no validation tool on the node"), none
+    assert none["actions"][-2] == "drained %s: %s" % (name, OURS), none["actions"]
+    assert Path(none["output"]).read_text().splitlines()[0] == "gpufleet-validate: none"
+    assert burn["passed"] is True and burn["tool"] == "gpu_burn" and burn["verdict"] == "ok", burn
+    assert "GPU 7: OK" in Path(burn["output"]).read_text()
+    node = show_node(lab, name)
+    assert "DRAIN" in node["State"] and node["Reason"] == OURS, node
+    assert "gpufleet-validate-" not in lab.slurm("scontrol", "show", "reservation", check=False)

@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     Validation,
     for_pool,
     judge,
+    judge_auto,
     names,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.validation_run import (
@@ -307,3 +308,28 @@ def test_the_output_joins_the_evidence_bundle(tmp_path):
     (tmp_path / "evidence" / REMEDIATION).mkdir(parents=True)
     copy = keep_output(validation, str(tmp_path / "evidence"))
     assert Path(copy).read_text() == "GPU 0: OK\n"
+
+
+def test_auto_runs_dcgm_where_it_is_else_a_burn_else_nothing(tmp_path):
+    auto = Validation.from_params(params(tmp_path, backend="auto", seconds=120, dcgm_level=3))
+    shell, flag, script = auto.command(8)
+    assert (shell, flag) == ("sh", "-c") and auto.limit_s == 1200 + 60
+    assert script.index("command -v dcgmi") < script.index("command -v gpu_burn")
+    assert "exec dcgmi diag -r 3;" in script and "exec gpu_burn -d -m 90% 120;" in script
+    # The job's first line names what ran; the rest is read as that tool's output.
+    burnt = judge_auto("gpufleet-validate: gpu_burn\n" + burn_output(tmp_path, **{"4": {"perf_permille": 400}}), 0.75)
+    assert burnt["tool"] == "gpu_burn" and not burnt["passed"] and burnt["slow"] == [4], burnt
+    nothing = judge_auto("gpufleet-validate: none\n", 0.75)
+    assert nothing["passed"] is None and nothing["skipped"].startswith("no validation tool on the node"), nothing
+    silent = judge_auto("sh: 1: exec: dcgmi: Permission denied\n", 0.75)
+    assert silent["passed"] is False and "did not say which tool it ran" in silent["why"]
+
+
+def test_a_node_with_no_tool_is_fenced_again_and_a_replacement_takes_work(tmp_path):
+    client = FakeSlurm()
+    outcome = run(tmp_path, client, "gpufleet-validate: none\n", backend="auto")[0]
+    assert outcome["passed"] is None and client.drained
+    assert client.calls[3][2:] == ("DRAIN", "gpufleet: Xid48 (remediation %s)" % REMEDIATION)  # the fence's own
+    spare = FakeSlurm()
+    outcome = run(tmp_path, spare, "gpufleet-validate: none\n", backend="auto", admit=True)[0]
+    assert not spare.drained and outcome["actions"][-1].startswith("admitted gpu-a-003: it takes work (not validated")
