@@ -18,6 +18,7 @@ from lab_harness import REPO, VENV_BIN, Lab, PlaybookResult
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.nodes import NodeWriter
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.quarantine import quarantine_node
 from ansible_collections.gpufleet.resilience.plugins.module_utils.kube.remediation_objects import progress_name
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.spares import read_replacement_record
 from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.api import reset_breaker
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.connect import slurm_client
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import apply_node_state
@@ -245,7 +246,24 @@ class Fleet:
         apply_node_state(slurm_client({"slurm_conf": str(self.lab.slurm_conf)}), node, "resume", force=True)
 
     def restore(self, node: str) -> Dict[str, Any]:
-        """Bring a replaced node back and retire its replacement (node_replace's rollback)."""
+        """Bring a replaced node back and retire its replacement (node_replace's rollback). A replacement
+        takes work once admitted, and node_replace rightly refuses to retire a node with jobs: a job a
+        test requeued (or an earlier one) may have started there. So the replacement is drained (no new
+        job lands there; retiring it clears the drain) and its jobs are requeued, or cancelled when Slurm
+        will not requeue them, and waited out."""
+        spare = (read_replacement_record(str(self.lab.lab_dir), node) or {}).get("replacement")
+        jobs = self.lab.slurm("squeue", "--noheader", "--nodelist", spare, "--format=%i", check=False).split() \
+            if spare else []
+        if jobs:
+            self.lab.slurm("scontrol", "update", "NodeName=" + spare, "State=DRAIN", "Reason=test: restoring " + node)
+            for job_id in jobs:
+                try:
+                    self.lab.slurm("scontrol", "requeue", job_id)
+                except AssertionError:
+                    self.lab.slurm("scancel", job_id, check=False)
+            wait_until(lambda: not self.lab.slurm("squeue", "--noheader", "--nodelist", spare, "--states=RUNNING",
+                                                  "--format=%i", check=False).split(), 60,
+                       "the jobs of %s gone" % spare)
         return self.module(
             "node_replace",
             {
