@@ -180,15 +180,18 @@ def _real_plan(spec: Mapping[str, Any], params: Mapping[str, Any], where: str) -
     else:
         actions = ["%s: port %s disabled and enabled %d times, %gs apart (link_downed +%d)"
                    % (node, where, params["times"], FLAP_PAUSE_S, params["times"])]
-    missing = [] if shutil.which(IBPORTSTATE) else [
-        "ibportstate: not on this host's PATH (infiniband-diags); the drill runs on the node itself"]
-    return {"actions": actions, "simulated": [], "missing": missing, "backends": ["ibportstate"], "params": params,
-            "resolved": {"opt_in": "%s must list %s on %s" % (OPT_IN_FILE, params["hca"], node)}}
+    # Checked on the node, where the fault runs (not here: the plan is made on the controller).
+    actions.append("%s: needs ibportstate (infiniband-diags) there and %s listed in its %s"
+                   % (node, params["hca"], OPT_IN_FILE))
+    return {"actions": actions, "simulated": [], "missing": [], "backends": ["ibportstate"], "params": params,
+            "resolved": {}}
 
 
 def _inject_real(spec: Mapping[str, Any], params: Mapping[str, Any], ctx: FaultContext) -> Dict[str, Any]:
     undo: Dict[str, Any] = {"backends": ["ibportstate"], "experiment": spec["experiment"], "params": dict(params)}
     previous = _real_port(params)
+    if not shutil.which(IBPORTSTATE):
+        raise GpufleetError("%s is not on this node's PATH (infiniband-diags): nothing was done" % IBPORTSTATE)
     if ctx.check_mode:
         return undo
     if spec["experiment"] == "ib_port_down":

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos import experiments, ib_fault
 from ansible_collections.gpufleet.resilience.plugins.module_utils.chaos.context import FaultContext
-from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
+from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError, GpufleetError
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import read_ports
 from ansible_collections.gpufleet.resilience.plugins.module_utils.lab import fake_gpu_state, fake_ib
 
@@ -98,6 +98,7 @@ def real_node(tmp_path, monkeypatch):
     monkeypatch.setattr(ib_fault, "OPT_IN_FILE", str(opt_in))
     monkeypatch.setattr(ib_fault, "FLAP_PAUSE_S", 0)
     monkeypatch.setattr(ib_fault, "run_command", run)
+    monkeypatch.setattr(ib_fault.shutil, "which", lambda name: "/usr/sbin/" + name)
     return SimpleNamespace(commands=commands, ports=lambda: {p.name: p for p in read_ports(str(tmp_path / "sys"))})
 
 
@@ -139,6 +140,13 @@ def test_a_real_port_not_opted_in_or_roce_is_refused_and_left_alone(real_node, h
         ib_fault.inject(real("ib_port_down", hca=hca), FaultContext())
     assert caught.value.field == "params.hca" and why in caught.value.message
     assert real_node.commands == [] and real_node.ports()["%s/1" % hca].up
+
+
+def test_a_node_without_ibportstate_is_refused_before_anything(real_node, monkeypatch):
+    monkeypatch.setattr(ib_fault.shutil, "which", lambda name: None)
+    with pytest.raises(GpufleetError, match="ibportstate is not on this node's PATH"):
+        ib_fault.inject(real("ib_port_down", hca="mlx5_1"), FaultContext())
+    assert real_node.commands == [] and real_node.ports()["mlx5_1/1"].up
 
 
 def test_check_mode_on_a_real_node_checks_and_runs_nothing(real_node):
