@@ -66,6 +66,28 @@ options:
             mode reports what it signs as to be issued.
         type: bool
         default: false
+  key_pairs:
+    description:
+      - Keys with no certificate, each with its public half in a file of its own (the API server's
+        service-account signing key). The key is made when it is missing, unreadable, of another mode or
+        not an ECDSA P-256 key; the public file (mode 0644, PEM) is written when it is missing, of another
+        mode or not the key's public half.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Name of the entry, as the results list it; not the name of a certificate too.
+        type: str
+        required: true
+      key:
+        description: Path of the private key.
+        type: path
+        required: true
+      public:
+        description: Path of the public key.
+        type: path
+        required: true
   min_days:
     description: A certificate valid for fewer days than this is issued again.
     type: float

@@ -61,6 +61,20 @@ options:
           - A command with V(%s) that must accept the new content (the temporary file's path replaces
             V(%s)) before it replaces the file. Runs only when the content changes.
         type: str
+      diff:
+        description:
+          - With V(false), the diff of this file says what changed but not its content (a file that may hold
+            a secret while the task logs others).
+        type: bool
+        default: true
+      owned_by_runner:
+        description:
+          - When the path exists, it must be no symlink and belong to the user that runs the module;
+            otherwise the module fails, naming it, before it writes anything of O(files).
+          - For a lab directory in a place anyone may create it first (V(/var/tmp)), whose maker would keep
+            ownership and could swap what the lab writes there.
+        type: bool
+        default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -127,6 +141,8 @@ def argspec():
             group=dict(type="str"),
             force=dict(type="bool", default=True),
             validate=dict(type="str"),
+            diff=dict(type="bool", default=True),
+            owned_by_runner=dict(type="bool", default=False),
         )),
     )
 

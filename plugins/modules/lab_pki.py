@@ -62,8 +62,16 @@ certificates:
   type: list
   elements: str
   sample: [apiserver, admin]
+public_keys:
+  description:
+    - Names of O(key_pairs) whose public key was written, in check mode would be (missing, another mode,
+      not the key's public half, or its key made again).
+  returned: success
+  type: list
+  elements: str
+  sample: [service-account]
 reasons:
-  description: Why, per name in RV(certificates).
+  description: Why, per name in RV(certificates) or RV(public_keys).
   returned: success
   type: dict
   sample: {apiserver: "certificate /lab/kube/apiserver.crt is missing"}

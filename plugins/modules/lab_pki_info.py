@@ -57,8 +57,16 @@ certificates:
   type: list
   elements: str
   sample: [apiserver, admin]
+public_keys:
+  description:
+    - Names of O(key_pairs) whose public key must be written (missing, another mode, not the key's public half,
+      or its key made again).
+  returned: success
+  type: list
+  elements: str
+  sample: [service-account]
 reasons:
-  description: Why, per name in O(certificates).
+  description: Why, per name in O(certificates) or O(key_pairs).
   returned: success
   type: dict
   sample: {apiserver: "certificate /lab/kube/apiserver.crt has SANs ['DNS:localhost'], not ['DNS:localhost', 'IP:::1']"}

@@ -34,7 +34,7 @@ options:
         are shared, as is O(wait_for) for an entry without one.
       - They are handled one after the other, in the order given; the first that fails stops the run,
         naming it (V(processes[2]) and its name).
-      - With O(state=stopped), only each entry's O(processes[].name) is used.
+      - A stopped entry (O(processes[].state), else O(state)) uses only its O(processes[].name).
     type: list
     elements: dict
     version_added: 0.5.0
@@ -53,6 +53,17 @@ options:
       chdir:
         description: Working directory of this process (O(chdir) by default).
         type: path
+      user:
+        description: User this process runs as (O(user) by default).
+        type: str
+        version_added: 0.6.0
+      state:
+        description:
+          - V(started) or V(stopped) for this process (O(state) by default), so that one run can start some
+            processes and stop others (a daemon a setting turned off).
+        type: str
+        choices: [started, stopped]
+        version_added: 0.6.0
       wait_for:
         description: Readiness check of this process, as O(wait_for) (O(wait_for) by default).
         type: dict
@@ -251,6 +262,8 @@ def argspec():
             argv=dict(type="list", elements="str"),
             env=dict(type="dict"),
             chdir=dict(type="path"),
+            user=dict(type="str"),
+            state=dict(type="str", choices=["started", "stopped"]),
             wait_for=dict(type="dict", options=_WAIT_FOR),
         )),
         argv=dict(type="list", elements="str"),
@@ -276,7 +289,7 @@ def run_many(module):
     results = []
     for index, entry in enumerate(params["processes"]):
         try:
-            if params["state"] == "stopped":
+            if (entry["state"] or params["state"]) == "stopped":
                 outcome = ensure_stopped(params["run_dir"], [entry["name"]], module.check_mode, params["stop_timeout"])
                 results.append(dict(name=entry["name"], changed=outcome.changed, action=outcome.action,
                                     stopped=outcome.stopped))
@@ -284,7 +297,8 @@ def run_many(module):
             if not entry.get("argv"):
                 raise LabProcessError("argv: is required with state started")
             spec = ProcessSpec(name=entry["name"], argv=entry["argv"], env=entry["env"] or params["env"],
-                               chdir=entry["chdir"] or params["chdir"], user=params["user"], run_dir=params["run_dir"],
+                               chdir=entry["chdir"] or params["chdir"], user=entry["user"] or params["user"],
+                               run_dir=params["run_dir"],
                                log_dir=_log_dir(params))
             wait_for = entry["wait_for"] or params["wait_for"]
             check = ReadinessCheck(**wait_for) if wait_for else None

@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.files import read_or_none
 
 STATES = ("file", "directory", "absent")
-KEYS = ("path", "state", "content", "mode", "owner", "group", "force", "validate")
+KEYS = ("path", "state", "content", "mode", "owner", "group", "force", "validate", "diff", "owned_by_runner")
 
 
 class LabFilesError(GpufleetError):
@@ -34,7 +34,9 @@ class LabFilesError(GpufleetError):
 @dataclass(frozen=True)
 class FileSpec:
     """One wanted path. ``force=False`` leaves the content of an existing file alone (mode and owner
-    are still set); ``validate`` is a command with ``%s`` run on new content before it replaces the file."""
+    are still set); ``validate`` is a command with ``%s`` run on new content before it replaces the file;
+    ``diff=False`` keeps the content out of the diff (a secret); ``owned_by_runner``: when the path exists,
+    it must be no symlink and belong to the user running this, or nothing of the list is written."""
 
     path: str
     state: str = "file"
@@ -44,6 +46,8 @@ class FileSpec:
     gid: Optional[int] = None
     force: bool = True
     validate: Optional[str] = None
+    diff: bool = True
+    owned_by_runner: bool = False
 
 
 def _mode(value: Any, field: str) -> Optional[int]:
@@ -120,14 +124,36 @@ def parse(entries: Sequence[Any], field: str = "files") -> List[FileSpec]:
         if path in seen:
             raise FieldError(where + ".path", "%s is also %s[%d]" % (path, field, seen[path]))
         seen[path] = index
-        force = entry.get("force", True)
-        if not isinstance(force, bool):
-            raise FieldError(where + ".force", "must be true or false")
+        flags = {}
+        for key, default in (("force", True), ("diff", True), ("owned_by_runner", False)):
+            flags[key] = entry.get(key, default)
+            if not isinstance(flags[key], bool):
+                raise FieldError("%s.%s" % (where, key), "must be true or false")
         specs.append(FileSpec(
             path=path, state=state, content=content, mode=_mode(entry.get("mode"), where + ".mode"),
             uid=_uid(entry.get("owner"), where + ".owner"), gid=_gid(entry.get("group"), where + ".group"),
-            force=force, validate=validate))
+            validate=validate, **flags))
     return specs
+
+
+def refuse_foreign(specs: Sequence[FileSpec]) -> None:
+    """LabFilesError naming the first ``owned_by_runner`` path that exists and is a symlink or belongs to
+    another user. A lab directory in /var/tmp, where anyone may create it first, would otherwise keep its
+    maker as owner, who could then swap the lab's certificates, binaries or PID records."""
+    runner = os.geteuid()
+    for spec in specs:
+        if not spec.owned_by_runner:
+            continue
+        try:
+            found = os.lstat(spec.path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(found.st_mode):
+            raise LabFilesError("%s is a symlink (to %s), not a %s of our own: remove it (after checking who made "
+                                "it and why)" % (spec.path, os.readlink(spec.path), spec.state))
+        if found.st_uid != runner:
+            raise LabFilesError("%s already exists and is owned by uid %d, not by uid %d that runs this: remove it "
+                                "(after checking who made it and why)" % (spec.path, found.st_uid, runner))
 
 
 def plan(spec: FileSpec) -> List[str]:
@@ -242,14 +268,16 @@ def _write(spec: FileSpec, validate: Optional[Validator]) -> None:
 def ensure(specs: Sequence[FileSpec], check_mode: bool, validate: Optional[Validator] = None) -> List[Dict[str, Any]]:
     """Each spec brought to what it wants, in order (a directory before the files in it). One entry
     per path that needed something: {path, state, needs, before, after} (before/after: content, for
-    a diff). Nothing is written in check mode."""
+    a diff, left out with ``diff=False``). Nothing is written in check mode, nor when an ``owned_by_runner``
+    path belongs to someone else."""
+    refuse_foreign(specs)
     changes: List[Dict[str, Any]] = []
     for spec in specs:
         needs = plan(spec)
         if not needs:
             continue
         change: Dict[str, Any] = {"path": spec.path, "state": spec.state, "needs": list(needs)}
-        if spec.state == "file" and ("create" in needs or "content" in needs):
+        if spec.state == "file" and spec.diff and ("create" in needs or "content" in needs):
             change["before"] = before_text(spec)
             change["after"] = spec.content
         changes.append(change)

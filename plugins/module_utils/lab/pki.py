@@ -48,6 +48,11 @@ ARGUMENT_SPEC: Dict[str, Any] = dict(
         issuer=dict(type="str"),
         read_only=dict(type="bool", default=False),
     )),
+    key_pairs=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
+        name=dict(type="str", required=True),
+        key=dict(type="path", required=True, no_log=False),
+        public=dict(type="path", required=True),
+    )),
     min_days=dict(type="float", default=30),
 )
 
@@ -79,12 +84,34 @@ class CertSpec:
     read_only: bool = False
 
 
+@dataclass(frozen=True)
+class KeyPairSpec:
+    """A key with no certificate, and its public half in a file of its own (the API server's
+    service-account signing key: the controller manager signs with the private half, the API server
+    verifies with the public one)."""
+
+    name: str
+    key: str
+    public: str
+
+
 def _strings(value: Any, field: str) -> Tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
         raise FieldError(field, "must be a list of strings")
     return tuple(value)
+
+
+def _require(entry: Mapping[str, Any], where: str, strings: Sequence[str], paths: Sequence[str]) -> None:
+    """FieldError naming the first of ``strings`` that is not a non-empty string, or of ``paths`` that is
+    not absolute."""
+    for key in strings:
+        if not isinstance(entry.get(key), str) or not entry.get(key):
+            raise FieldError("%s.%s" % (where, key), "is required (a non-empty string)")
+    for key in paths:
+        if not os.path.isabs(entry[key]):
+            raise FieldError("%s.%s" % (where, key), "must be an absolute path, not %r" % entry[key])
 
 
 def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]:
@@ -100,12 +127,7 @@ def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]
         read_only = entry.get("read_only", False)
         if not isinstance(read_only, bool):
             raise FieldError(where + ".read_only", "must be true or false")
-        for key in ("name", "key", "cert") + (() if read_only else ("common_name",)):
-            if not isinstance(entry.get(key), str) or not entry.get(key):
-                raise FieldError("%s.%s" % (where, key), "is required (a non-empty string)")
-        for key in ("key", "cert"):
-            if not os.path.isabs(entry[key]):
-                raise FieldError("%s.%s" % (where, key), "must be an absolute path, not %r" % entry[key])
+        _require(entry, where, ("name", "key", "cert") + (() if read_only else ("common_name",)), ("key", "cert"))
         if entry["name"] in names:
             raise FieldError(where + ".name", "%r is also %s[%d]" % (entry["name"], field, names[entry["name"]]))
         names[entry["name"]] = index
@@ -149,6 +171,25 @@ def parse(entries: Sequence[Any], field: str = "certificates") -> List[CertSpec]
     return specs
 
 
+def parse_key_pairs(entries: Sequence[Any], taken: Sequence[str] = (), field: str = "key_pairs") -> List[KeyPairSpec]:
+    """The entries as KeyPairSpecs; a FieldError names the bad one. ``taken``: the certificates' names,
+    which a key pair may not reuse (the results list both by name)."""
+    if not isinstance(entries, (list, tuple)):
+        raise FieldError(field, "must be a list")
+    specs: List[KeyPairSpec] = []
+    names = set(taken)
+    for index, entry in enumerate(entries):
+        where = "%s[%d]" % (field, index)
+        if not isinstance(entry, Mapping):
+            raise FieldError(where, "must be a mapping")
+        _require(entry, where, ("name", "key", "public"), ("key", "public"))
+        if entry["name"] in names:
+            raise FieldError(where + ".name", "%r names another entry already" % entry["name"])
+        names.add(entry["name"])
+        specs.append(KeyPairSpec(name=entry["name"], key=entry["key"], public=entry["public"]))
+    return specs
+
+
 def check_min_days(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 36500:
         raise FieldError("min_days", "must be a number of days from 0 to 36500, got %r" % (value,))
@@ -176,6 +217,17 @@ def _load_key(path: str):
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
         raise ValueError("not an ECDSA P-256 key")
     return key
+
+
+def _read_key(path: str) -> Tuple[Any, Optional[str]]:
+    """(the key, None), or (None, why it must be made again: missing, another mode, unreadable, not P-256)."""
+    problem = _mode_ok(path, KEY_MODE)
+    if problem is not None:
+        return None, problem
+    try:
+        return _load_key(path), None
+    except (OSError, ValueError, TypeError) as exc:
+        return None, "%s: %s" % (path, exc)
 
 
 def _load_cert(path: str):
@@ -301,13 +353,7 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
                 certs.append(spec.name)
                 reasons[spec.name] = problem
             continue
-        problem = _mode_ok(spec.key, KEY_MODE)
-        key = None
-        if problem is None:
-            try:
-                key = _load_key(spec.key)
-            except (OSError, ValueError, TypeError) as exc:
-                problem = "%s: %s" % (spec.key, exc)
+        key, problem = _read_key(spec.key)
         if problem is not None:
             keys.append(spec.name)
             certs.append(spec.name)
@@ -336,6 +382,51 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
     return {"keys": keys, "certificates": certs, "reasons": reasons}
 
 
+def assess_key_pairs(specs: Sequence[KeyPairSpec]) -> Dict[str, Any]:
+    """Read every key pair: {"keys": names whose private key must be made (missing, unreadable, wrong mode
+    or type), "public_keys": names whose public file must be written (missing, wrong mode, not the key's
+    public half, or its key made again), "reasons": name -> why}."""
+    from cryptography.hazmat.primitives import serialization
+
+    keys: List[str] = []
+    public: List[str] = []
+    reasons: Dict[str, str] = {}
+    for spec in specs:
+        key, problem = _read_key(spec.key)
+        if problem is not None:
+            keys.append(spec.name)
+            public.append(spec.name)
+            reasons[spec.name] = "key " + problem
+            continue
+        problem = _mode_ok(spec.public, CERT_MODE)
+        if problem is None:
+            try:
+                with open(spec.public, "rb") as handle:
+                    found = serialization.load_pem_public_key(handle.read())
+            except (OSError, ValueError, TypeError) as exc:
+                problem = "%s: %s" % (spec.public, exc)
+            else:
+                if _public_bytes(found) != _public_bytes(key.public_key()):
+                    problem = "%s is not the public half of %s" % (spec.public, spec.key)
+        if problem is not None:
+            public.append(spec.name)
+            reasons[spec.name] = "public key " + problem
+    return {"keys": keys, "public_keys": public, "reasons": reasons}
+
+
+def make_key_pairs(specs: Sequence[KeyPairSpec], found: Mapping[str, Any]) -> None:
+    """Make the keys and write the public halves that ``assess_key_pairs`` found (``found``)."""
+    from cryptography.hazmat.primitives import serialization
+
+    for spec in specs:
+        if spec.name not in found["public_keys"]:
+            continue
+        key = _new_key(spec) if spec.name in found["keys"] else _load_key(spec.key)
+        _write(spec.public, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo),
+               CERT_MODE)
+
+
 class PkiError(Exception):
     """A read_only issuer cannot sign: nothing is written."""
 
@@ -359,7 +450,8 @@ def _write(path: str, data: bytes, mode: int) -> None:
     os.replace(temporary, path)
 
 
-def _new_key(spec: CertSpec):
+def _new_key(spec: Any):
+    """A new ECDSA P-256 key at ``spec.key`` (a CertSpec or a KeyPairSpec)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -459,11 +551,20 @@ def answer(params: Mapping[str, Any], write: bool, check_mode: bool = False) -> 
     """What lab_pki_info (``write=False``: which keys and certificates are stale) and lab_pki (makes
     them, in check mode says so) return for their options. FieldError names a bad one."""
     specs = parse(params["certificates"])
-    found = assess(specs, check_min_days(params["min_days"]))
+    pairs = parse_key_pairs(params.get("key_pairs") or [], taken=[spec.name for spec in specs])
+    min_days = check_min_days(params["min_days"])
+    found = assess(specs, min_days)
+    pairs_found = assess_key_pairs(pairs)
+    reasons = dict(found["reasons"], **pairs_found["reasons"])
     if not write:
-        return dict(changed=False, **found)
+        return dict(changed=False, keys=found["keys"] + pairs_found["keys"], certificates=found["certificates"],
+                    public_keys=pairs_found["public_keys"], reasons=reasons)
     made = issue(specs, found, check_mode=check_mode)
-    return dict(changed=bool(made["keys"] or made["certificates"]), reasons=found["reasons"], **made)
+    if not check_mode:
+        make_key_pairs(pairs, pairs_found)
+    keys = made["keys"] + pairs_found["keys"]
+    return dict(changed=bool(keys or made["certificates"] or pairs_found["public_keys"]), reasons=reasons,
+                keys=keys, certificates=made["certificates"], public_keys=pairs_found["public_keys"])
 
 
 def run_module(module: Any, write: bool) -> None:

@@ -2,7 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """Issue 16, finding 10: a lab directory created beforehand by another user kept its owner.
 
-The kubernetes role's first lab tasks, run for real (ansible-playbook) on directories made here."""
+The kubernetes role's first lab task (lab_files with owned_by_runner), run for real (ansible-playbook)
+on directories made here."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ NOBODY = 65534
 
 def check(tmp_path: Path, lab_dir: Path):
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ansible.builtin.include_role": {"name": "gpufleet.resilience.kubernetes", "tasks_from": "lab_dir_owner"}}]}]
+        {"ansible.builtin.include_role": {"name": "gpufleet.resilience.kubernetes", "tasks_from": "lab_dirs"}}]}]
     playbook = tmp_path / "play.yml"
     playbook.write_text(json.dumps(play))
     env = dict(os.environ, PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""),

@@ -101,6 +101,8 @@ def test_lab_files_validation_refusal_keeps_the_old_file(tmp_path):
     ({"path": "/x", "content": "a", "validate": "check"}, "files[0].validate"),
     ({"path": "/x", "owner": "no-such-user-gpufleet"}, "files[0].owner"),
     ({"path": "/x", "colour": "red"}, "files[0].colour"),
+    ({"path": "/x", "diff": "no"}, "files[0].diff"),
+    ({"path": "/x", "owned_by_runner": 1}, "files[0].owned_by_runner"),
 ])
 def test_lab_files_bad_entry_names_the_field(entry, field):
     with pytest.raises(FieldError) as raised:
@@ -111,3 +113,42 @@ def test_lab_files_bad_entry_names_the_field(entry, field):
 def test_lab_files_same_path_twice_is_refused():
     with pytest.raises(FieldError, match=r"files\[1\].path: /x is also files\[0\]"):
         parse([{"path": "/x"}, {"path": "/x/"}])
+
+
+def test_lab_files_an_owned_path_that_is_a_symlink_is_refused_before_anything_is_written(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "lab").symlink_to(elsewhere)
+    specs = parse([{"path": str(tmp_path / "first"), "mode": "0755"},
+                   {"path": str(tmp_path / "lab"), "mode": "0755", "owned_by_runner": True}])
+    with pytest.raises(LabFilesError, match="lab is a symlink"):
+        ensure(specs, check_mode=False)
+    assert not (tmp_path / "first").exists()
+
+
+def test_lab_files_an_owned_path_of_our_own_or_none_passes(tmp_path):
+    specs = parse([{"path": str(tmp_path / "lab"), "mode": "0755", "owned_by_runner": True},
+                   {"path": str(tmp_path / "lab" / "kube"), "mode": "0700"}])
+    assert [change["path"] for change in ensure(specs, check_mode=False)] == [str(tmp_path / "lab"),
+                                                                               str(tmp_path / "lab" / "kube")]
+    assert ensure(specs, check_mode=False) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
+def test_lab_files_an_owned_path_of_another_user_is_refused_naming_its_owner(tmp_path):
+    (tmp_path / "lab").mkdir()
+    os.chown(tmp_path / "lab", 65534, 65534)
+    specs = parse([{"path": str(tmp_path / "lab"), "mode": "0755", "owned_by_runner": True},
+                   {"path": str(tmp_path / "lab" / "kube"), "mode": "0700"}])
+    with pytest.raises(LabFilesError, match="already exists and is owned by uid 65534, not by uid 0"):
+        ensure(specs, check_mode=False)
+    assert not (tmp_path / "lab" / "kube").exists()
+
+
+def test_lab_files_a_secret_file_changes_without_its_content_in_the_diff(tmp_path):
+    specs = parse([{"path": str(tmp_path / "vars.yml"), "content": "token: s3cret\n", "diff": False},
+                   {"path": str(tmp_path / "rules.yml"), "content": "rule: 1\n"}])
+    changes = ensure(specs, check_mode=False)
+    assert [sorted(change) for change in changes] == [["needs", "path", "state"],
+                                                      ["after", "before", "needs", "path", "state"]]
+    assert "s3cret" not in repr(changes)

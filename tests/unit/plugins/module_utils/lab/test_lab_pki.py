@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_collections.gpufleet.resilience.plugins.module_utils.errors import FieldError
-from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import PkiError, assess, issue, parse
+from ansible_collections.gpufleet.resilience.plugins.module_utils.lab.pki import PkiError, answer, assess, issue, parse
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
@@ -275,3 +275,67 @@ def test_an_unusable_read_only_ca_fails_and_nothing_is_written(lab, breakage, re
     with pytest.raises(PkiError, match=r"lab CA: read-only issuer.*never written"):
         issue(specs, found, now=NOW)
     assert files(lab["path"]) == before
+
+
+# The service-account key pair: a key with no certificate and its public half beside it.
+def pair_params(path: Path, certificates=()):
+    return {"certificates": list(certificates), "min_days": 30,
+            "key_pairs": [{"name": "service-account", "key": str(path / "sa.key"), "public": str(path / "sa.pub")}]}
+
+
+def test_a_key_pair_is_made_once_its_public_half_matches_and_a_rerun_writes_nothing(tmp_path):
+    first = answer(pair_params(tmp_path), write=True)
+    assert first["changed"] and first["keys"] == ["service-account"] and first["public_keys"] == ["service-account"]
+    assert stat.S_IMODE(os.stat(tmp_path / "sa.key").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "sa.pub").st_mode) == 0o644
+    key = serialization.load_pem_private_key((tmp_path / "sa.key").read_bytes(), password=None)
+    public = serialization.load_pem_public_key((tmp_path / "sa.pub").read_bytes())
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
+    assert public.public_numbers() == key.public_key().public_numbers()
+    before = (tmp_path / "sa.key").read_bytes()
+    again = answer(pair_params(tmp_path), write=True)
+    assert not again["changed"] and again["keys"] == [] and again["public_keys"] == []
+    assert (tmp_path / "sa.key").read_bytes() == before
+
+
+def test_a_public_key_of_another_key_is_written_again_and_the_key_is_kept(tmp_path):
+    answer(pair_params(tmp_path), write=True)
+    key_bytes = (tmp_path / "sa.key").read_bytes()
+    other = ec.generate_private_key(ec.SECP256R1()).public_key()
+    (tmp_path / "sa.pub").write_bytes(other.public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+    info = answer(pair_params(tmp_path), write=False)
+    assert info["keys"] == [] and info["public_keys"] == ["service-account"]
+    assert "not the public half" in info["reasons"]["service-account"]
+    fixed = answer(pair_params(tmp_path), write=True)
+    assert fixed["changed"] and fixed["keys"] == []
+    assert (tmp_path / "sa.key").read_bytes() == key_bytes
+    key = serialization.load_pem_private_key(key_bytes, password=None)
+    public = serialization.load_pem_public_key((tmp_path / "sa.pub").read_bytes())
+    assert public.public_numbers() == key.public_key().public_numbers()
+
+
+def test_a_loose_key_is_made_again_with_its_public_half_and_check_mode_writes_nothing(tmp_path):
+    answer(pair_params(tmp_path), write=True)
+    os.chmod(tmp_path / "sa.key", 0o644)
+    key_bytes = (tmp_path / "sa.key").read_bytes()
+    checked = answer(pair_params(tmp_path), write=True, check_mode=True)
+    assert checked["changed"] and checked["keys"] == ["service-account"]
+    assert (tmp_path / "sa.key").read_bytes() == key_bytes
+    made = answer(pair_params(tmp_path), write=True)
+    assert made["keys"] == ["service-account"] and (tmp_path / "sa.key").read_bytes() != key_bytes
+    assert stat.S_IMODE(os.stat(tmp_path / "sa.key").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"public": "sa.pub"}, "key_pairs[0].public"),
+    ({"key": ""}, "key_pairs[0].key"),
+    ({"name": "ca"}, "key_pairs[0].name"),
+])
+def test_a_bad_key_pair_names_the_field_and_writes_nothing(tmp_path, change, field):
+    params = pair_params(tmp_path, certificates=wanted(tmp_path)[:1])
+    params["key_pairs"][0].update(change)
+    with pytest.raises(FieldError) as error:
+        answer(params, write=True)
+    assert error.value.field == field
+    assert not (tmp_path / "sa.key").exists()
