@@ -16,7 +16,7 @@
         many InfiniBand HCAs (one port each, in a fake sysfs tree) and a job of that many ranks whose
         progress files the bench touches once a second, so the two figures differ only by what the
         agent reads of the network and the jobs. With --before DIR (a checkout, e.g. `git worktree add
-        /tmp/before <ref>`), a third agent like the second runs that checkout's code beside them.
+        /tmp/before <ref>`), an agent of each kind runs that checkout's code beside them.
     .venv/bin/python bench/agent.py exposition [--rounds 200]
         one scrape's CPU for 8 GPUs, side by side in one process: prometheus-client's own server
         (OpenMetrics and gzip, what Prometheus asks for) against the agent's Exposition.
@@ -222,21 +222,26 @@ def agents_share(agents: List[LocalAgent], seconds: int, scrape: bool) -> List[t
 
 
 def bench_p5(seconds: int, hcas: int, job_ranks: int, before: Optional[Path]) -> None:
-    agents = [LocalAgent(port=18951)]
-    names = ["GPUs only", "%d HCAs, a job of %d ranks" % (hcas, job_ranks), "the same, --before"]
+    kinds = [("GPUs only", 0, 0)]
+    if hcas or job_ranks:
+        kinds.append(("%d HCAs, a job of %d ranks" % (hcas, job_ranks), hcas, job_ranks))
+    # Each kind runs with this checkout's code, and with --before's beside it over the same phases.
+    runs = [(name, kind_hcas, ranks, None) for name, kind_hcas, ranks in kinds]
+    if before is not None:
+        runs += [(name + ", --before", kind_hcas, ranks, before.resolve()) for name, kind_hcas, ranks in kinds]
+    agents: List[LocalAgent] = []
     try:
-        if hcas or job_ranks:
-            agents.append(LocalAgent(port=18952, hcas=hcas, job_ranks=job_ranks))
-            if before is not None:
-                agents.append(LocalAgent(port=18953, hcas=hcas, job_ranks=job_ranks, repo=before.resolve()))
+        for number, (_name, kind_hcas, ranks, repo) in enumerate(runs):
+            agents.append(LocalAgent(port=18951 + number, hcas=kind_hcas, job_ranks=ranks,
+                                     **({"repo": repo} if repo is not None else {})))
         time.sleep(3)  # start-up (imports, NVML open) is not steady state
         idle = agents_share(agents, seconds, scrape=False)
         scraped = agents_share(agents, seconds, scrape=True)
         print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s each phase, %s" % (
             GPUS, seconds, "%d agents side by side" % len(agents) if len(agents) > 1 else "one agent"))
-        for name, (idle_cpu, idle_peak), (scraped_cpu, scraped_peak) in zip(names[:len(agents)], idle, scraped,
-                                                                            strict=True):
-            print("  %-28s CPU %.3f %% of one core unscraped, %.3f %% scraped every second as Prometheus does; "
+        for (name, *_rest), (idle_cpu, idle_peak), (scraped_cpu, scraped_peak) in zip(runs, idle, scraped,
+                                                                                       strict=True):
+            print("  %-36s CPU %.3f %% of one core unscraped, %.3f %% scraped every second as Prometheus does; "
                   "RSS peak %.1f / %.1f MiB" % (name, idle_cpu, scraped_cpu, idle_peak, scraped_peak))
     finally:
         for agent in agents:
@@ -299,7 +304,7 @@ def main() -> int:
     p5.add_argument("--seconds", type=int, default=300, help="for each phase: unscraped, then scraped")
     p5.add_argument("--hcas", type=int, default=0, help="a second agent beside the first, with this many HCAs")
     p5.add_argument("--job-ranks", type=int, default=0, help="and a running job of this many ranks")
-    p5.add_argument("--before", type=Path, help="a checkout whose agent runs beside, like the second")
+    p5.add_argument("--before", type=Path, help="a checkout whose agent runs beside each of the others")
     exposition = commands.add_parser("exposition")
     exposition.add_argument("--rounds", type=int, default=200)
     lab = commands.add_parser("lab")

@@ -293,8 +293,8 @@ class Agent:
             self._follower.start()
 
     def _start_metrics(self) -> None:
-        server, _thread = metrics_server(self.metrics_view, self.config.metrics.address, self.config.metrics.port)
-        self._metrics_server = server
+        self._metrics_server = metrics_server(self.metrics_view, self.config.metrics.address,
+                                              self.config.metrics.port)
 
     def _start_publishers(self) -> None:
         kube = self.config.kubernetes

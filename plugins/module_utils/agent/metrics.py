@@ -18,6 +18,8 @@ in any metric name (the scrape adds a ``node`` label to the target).
 
 from __future__ import annotations
 
+import os
+import selectors
 import socketserver
 import threading
 from dataclasses import dataclass, field
@@ -310,13 +312,55 @@ class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def serve(view: Callable[[], MetricsView], address: str, port: int) -> Tuple[WSGIServer, threading.Thread]:
+class MetricsServer:
+    """The agent's /metrics endpoint, served from a thread that sleeps until a scrape or ``shutdown()``.
+
+    socketserver's ``serve_forever`` wakes every ``poll_interval`` (0.5 s) to look for a shutdown
+    request: about 0.015 % of a core for an agent nobody scrapes, more than a tenth of its budget.
+    This loop waits on the listening socket and a pipe that ``shutdown()`` writes to, so it wakes
+    only for a connection or to stop, and stops at once."""
+
+    def __init__(self, server: WSGIServer) -> None:
+        self.server = server
+        self._wake_read, self._wake_write = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="metrics", daemon=True)
+
+    @property
+    def server_port(self) -> int:
+        return self.server.server_port
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.server.fileno(), selectors.EVENT_READ, "scrape")
+            selector.register(self._wake_read, selectors.EVENT_READ, "stop")
+            while True:
+                for key, _mask in selector.select():
+                    if key.data == "stop":
+                        return
+                    # Only this thread accepts, so the connection is still there: no wait here.
+                    self.server.handle_request()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop serving (a scrape in progress finishes in its own thread)."""
+        os.write(self._wake_write, b"x")
+        self._thread.join(timeout)
+
+    def server_close(self) -> None:
+        self.server.server_close()
+        for fd in (self._wake_read, self._wake_write):
+            os.close(fd)
+
+
+def serve(view: Callable[[], MetricsView], address: str, port: int) -> MetricsServer:
     """The agent's /metrics endpoint, served from a thread; ``shutdown()`` and ``server_close()``
-    on the server stop it."""
-    server = make_server(address, port, Exposition(view).app, _ThreadingServer, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return server, thread
+    stop it."""
+    server = MetricsServer(make_server(address, port, Exposition(view).app, _ThreadingServer,
+                                       handler_class=_QuietHandler))
+    server.start()
+    return server
 
 
 def render(view: MetricsView) -> str:

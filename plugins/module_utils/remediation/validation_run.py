@@ -35,7 +35,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     judge,
     judge_auto,
 )
-from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import fenced
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.fence import SET, fenced, plan_node_state
 
 OUTPUT_TAIL_BYTES = 1024 * 1024
 POLL_S = 1.0
@@ -101,13 +101,13 @@ def validate_node(client: Any, validation: Validation, reason: str, intent: List
 def admit_unvalidated(client: Any, node: str, check_mode: bool = False) -> Dict[str, Any]:
     """The admit phase with no validation backend: lift the fence the replacement came up with (ours
     alone: a reason that starts with ``gpufleet:``), so it takes work as it did before admit existed."""
-    found = client.nodes([node], with_jobs=False)[node]
-    actions: List[str] = []
-    if fenced(found) and (found.reason or "").startswith("gpufleet:"):
-        actions.append("resumed %s (no validation backend)" % node)
-        if not check_mode:
-            client.set_node_state(node, "RESUME")
-    return {"actions": actions}
+    # The fence's own rule of whose fence it is: one definition of "ours" (slurm/fence.py).
+    decision = plan_node_state(client.nodes([node], with_jobs=False)[node], "resume")
+    if decision.action != SET or decision.foreign_reason is not None:
+        return {"actions": []}
+    if not check_mode:
+        client.set_node_state(node, decision.write_state)
+    return {"actions": ["resumed %s (no validation backend)" % node]}
 
 
 def wait_for_job(client: Any, job_id: str, limit_s: float, clock: Callable[[], float],

@@ -109,3 +109,14 @@ def test_a_missing_file_is_waited_for(tmp_path):
         assert seen.wait_for(1) == [79]
     finally:
         follower.stop()
+
+
+def test_stop_wakes_a_follower_that_waits_for_its_file_to_change(tmp_path):
+    """The follower rechecks its file every RECHECK_S (5 s) when nothing happens; stop() wakes it
+    through its pipe, so the thread has ended when stop() (which waits 2 s at most) returns."""
+    existing = tmp_path / "kern.log"
+    existing.write_text("")
+    for path in (existing, tmp_path / "missing.log"):
+        follower, _seen = follow(path)
+        follower.stop()
+        assert not follower._thread.is_alive(), path

@@ -2,6 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 from __future__ import annotations
 
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -161,8 +163,13 @@ def samples_of(text: bytes):
             for f in text_string_to_metric_families(text.decode()) for s in f.samples}
 
 
-def test_the_endpoint_serves_the_text_format_on_metrics_only():
-    server, thread = serve(eight_gpus, "127.0.0.1", 0)
+def metrics_threads():
+    return [thread for thread in threading.enumerate() if thread.name == "metrics"]
+
+
+def test_the_endpoint_serves_the_text_format_on_metrics_only_and_stops():
+    before = len(metrics_threads())
+    server = serve(eight_gpus, "127.0.0.1", 0)
     base = "http://127.0.0.1:%d" % server.server_port
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=5) as answer:
@@ -172,8 +179,27 @@ def test_the_endpoint_serves_the_text_format_on_metrics_only():
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/other", timeout=5)
         assert missing.value.code == 404
+        assert len(metrics_threads()) == before + 1
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
-    assert not thread.is_alive()
+    assert len(metrics_threads()) == before
+    with pytest.raises(OSError):
+        urllib.request.urlopen(base + "/metrics", timeout=2)
+
+
+def test_the_endpoint_thread_sleeps_between_scrapes():
+    """Unscraped, the serving thread does not wake: its CPU time stays flat over a second."""
+    server = serve(eight_gpus, "127.0.0.1", 0)
+    try:
+        time.sleep(0.2)
+        thread = next(t for t in metrics_threads() if t.is_alive())
+        clock = time.pthread_getcpuclockid(thread.ident)
+        before = time.clock_gettime(clock)
+        time.sleep(1.0)
+        spent = time.clock_gettime(clock) - before
+    finally:
+        server.shutdown()
+        server.server_close()
+    # serve_forever's two polls a second spent about 60 µs of it here; a sleeping thread spends nothing.
+    assert spent < 0.00001, spent

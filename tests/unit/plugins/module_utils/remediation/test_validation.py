@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.remediation.va
     validate_node,
 )
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.batch import SBATCH_OPTIONS
+from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.model import SlurmNode
 from ansible_collections.gpufleet.resilience.plugins.module_utils.slurm.runner import SlurmRunner
 
 BURN_SIM = Path(__file__).resolve().parents[5] / "roles" / "slurm" / "files" / "gpu_burn_sim.py"
@@ -253,14 +254,23 @@ def test_an_admitted_replacement_that_passes_takes_work_and_one_that_fails_stays
 
 def test_an_admit_with_no_backend_lifts_our_fence_alone():
     ours = FakeSlurm()
-    ours.nodes = lambda names, with_jobs=True: {names[0]: SimpleNamespace(
-        flags=("DRAIN",), state="IDLE", reason="gpufleet: Xid79 (remediation r-1)")}
+    ours.nodes = lambda names, with_jobs=True: {names[0]: SlurmNode(
+        name=names[0], flags=("DRAIN",), state="IDLE", reason="gpufleet: Xid79 (remediation r-1)")}
     assert admit_unvalidated(ours, "gpu-a-005")["actions"] == ["resumed gpu-a-005 (no validation backend)"]
     assert ours.calls == [("state", "gpu-a-005", "RESUME", None)]
     theirs = FakeSlurm()
-    theirs.nodes = lambda names, with_jobs=True: {names[0]: SimpleNamespace(
-        flags=("DRAIN",), state="IDLE", reason="disk swap by ops")}
+    theirs.nodes = lambda names, with_jobs=True: {names[0]: SlurmNode(
+        name=names[0], flags=("DRAIN",), state="IDLE", reason="disk swap by ops")}
     assert admit_unvalidated(theirs, "gpu-a-005")["actions"] == [] and theirs.calls == []
+    idle = FakeSlurm()
+    idle.nodes = lambda names, with_jobs=True: {names[0]: SlurmNode(name=names[0], state="IDLE")}
+    assert admit_unvalidated(idle, "gpu-a-005")["actions"] == [] and idle.calls == []
+    down = FakeSlurm()
+    down.nodes = lambda names, with_jobs=True: {names[0]: SlurmNode(
+        name=names[0], state="DOWN", reason="gpufleet: replaced (remediation r-1)")}
+    assert admit_unvalidated(down, "gpu-a-005", check_mode=True)["actions"] == [
+        "resumed gpu-a-005 (no validation backend)"]
+    assert down.calls == []
 
 
 def test_a_down_node_is_resumed_into_the_reservation_too(tmp_path):
