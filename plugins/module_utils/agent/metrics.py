@@ -8,9 +8,11 @@ per field per snapshot: the loop does no metrics work between scrapes, and NVML'
 
 The NVLink families are three quarters of a scrape (18 links x 5 series per GPU) and change only
 when a link's state or counters do (the counters are read every tenth snapshot): ``Exposition``
-keeps their text and renders it again only then. Everything else is rendered per scrape by
-prometheus-client. Measured with 8 GPUs: 10 ms a scrape in the text format, 17 ms in OpenMetrics
-(which Prometheus asks for first) plus 3 ms of gzip -9, against about 3 ms for the same text now.
+keeps their text and renders it again only then. Everything else is rendered per scrape, in the
+text format, by ``text_format`` (prometheus-client did it before; its import cost the agent 1.8 MiB,
+and the tests still read the text with its parser). Measured with 8 GPUs: 10 ms a scrape in the text
+format, 17 ms in OpenMetrics (which Prometheus asks for first) plus 3 ms of gzip -9, against about
+3 ms for the same text with the NVLink cache.
 
 Names follow the Prometheus conventions: base units, ``_total`` on counters, and no node name
 in any metric name (the scrape adds a ``node`` label to the target).
@@ -26,15 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-try:
-    from prometheus_client import generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-    from prometheus_client.registry import CollectorRegistry
-except ImportError:  # pragma: no cover - the agent's hosts install it; modules never import this file
-    CounterMetricFamily = GaugeMetricFamily = CollectorRegistry = generate_latest = None
-
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.jobs import JobsView
 from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.network import NetworkView
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.text_format import (
+    COUNTER,
+    Family,
+    single,
+)
+from ansible_collections.gpufleet.resilience.plugins.module_utils.agent.text_format import (
+    render as render_families,
+)
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.infiniband import port_metrics
 from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model import (
     STATES,
@@ -44,7 +47,7 @@ from ansible_collections.gpufleet.resilience.plugins.module_utils.health.model i
 
 ERROR_SOURCES = ("nvml", "kernel_log", "kubernetes", "slurm", "journal", "config", "infiniband")
 XID_SOURCES = ("nvml", "kernel_log")
-# What generate_latest writes (its CONTENT_TYPE_LATEST now names the 1.0.0 text format, which the
+# The text format 0.0.4 (prometheus-client's CONTENT_TYPE_LATEST now names 1.0.0, which the
 # Prometheus of Debian bookworm, 2.42, does not know).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NVLINK_KINDS = (("crc_flit_errors", "crc_flit"), ("crc_data_errors", "crc_data"), ("replay_errors", "replay"),
@@ -74,13 +77,12 @@ class MetricsView:
     jobs: Optional[JobsView] = None  # None: the jobs' watch is off
 
 
-def _gauge(name: str, documentation: str, labels: Tuple[str, ...] = ()) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, labels=list(labels))
+def _gauge(name: str, documentation: str, labels: Tuple[str, ...] = ()) -> Family:
+    return Family(name, documentation, labels=labels)
 
 
-def _counter(name: str, documentation: str, labels: Tuple[str, ...]) -> CounterMetricFamily:
-    # prometheus-client appends "_total" to a counter family's name itself.
-    return CounterMetricFamily(name[:-len("_total")], documentation, labels=list(labels))
+def _counter(name: str, documentation: str, labels: Tuple[str, ...]) -> Family:
+    return Family(name, documentation, COUNTER, labels)
 
 
 def families(view: MetricsView) -> Iterator:
@@ -88,13 +90,13 @@ def families(view: MetricsView) -> Iterator:
                   ("node", "version", "driver_version", "kernel_log_source"))
     info.add_metric([view.node, view.version, view.driver_version, view.kernel_log_source], 1)
     yield info
-    yield GaugeMetricFamily("gpufleet_agent_up", "1 while the agent senses its GPUs", value=1 if view.up else 0)
-    yield GaugeMetricFamily("gpufleet_agent_loop_lag_seconds",
-                            "How late the last snapshot started after its scheduled time", value=view.loop_lag)
-    yield GaugeMetricFamily("gpufleet_agent_snapshot_duration_seconds", "How long the last NVML snapshot took",
-                            value=view.snapshot_duration)
-    yield GaugeMetricFamily("gpufleet_agent_last_snapshot_timestamp_seconds",
-                            "Wall-clock time of the last NVML snapshot", value=view.last_snapshot)
+    yield single("gpufleet_agent_up", "1 while the agent senses its GPUs", 1 if view.up else 0)
+    yield single("gpufleet_agent_loop_lag_seconds", "How late the last snapshot started after its scheduled time",
+                 view.loop_lag)
+    yield single("gpufleet_agent_snapshot_duration_seconds", "How long the last NVML snapshot took",
+                 view.snapshot_duration)
+    yield single("gpufleet_agent_last_snapshot_timestamp_seconds", "Wall-clock time of the last NVML snapshot",
+                 view.last_snapshot)
     errors = _counter("gpufleet_agent_errors_total", "Errors of the agent, by source", ("source",))
     for source in ERROR_SOURCES:
         errors.add_metric([source], view.errors.get(source, 0))
@@ -238,22 +240,8 @@ def _maybe(family, labels: List[str], value) -> None:
     family.add_metric(labels, float(value))
 
 
-class _Families:
-    """A collector of the families a function yields, for a one-off registry."""
-
-    def __init__(self, produce: Callable[[], Iterable]) -> None:
-        self.produce = produce
-
-    def collect(self) -> Iterator:
-        yield from self.produce()
-
-
 def _text(produce: Callable[[], Iterable]) -> bytes:
-    if CollectorRegistry is None:
-        raise RuntimeError("the agent needs the Python package prometheus-client (pip install prometheus-client)")
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(produce))
-    return generate_latest(registry)
+    return render_families(produce())
 
 
 class _CachedText:
@@ -272,7 +260,7 @@ class _CachedText:
 
 class Exposition:
     """The scrape's text (Prometheus text format 0.0.4) of the view ``view()`` returns: every
-    family rendered by prometheus-client. The NVLink and the InfiniBand families are kept until
+    family rendered by ``text_format``. The NVLink and the InfiniBand families are kept until
     their readings change: the slow fields are read every 30th snapshot and a port's counters every
     10 s (``agent.network.FULL_EVERY_S``), and Prometheus may scrape every second."""
 
