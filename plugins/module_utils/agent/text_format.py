@@ -88,7 +88,7 @@ def render(families: Iterable[Family]) -> bytes:
             if values:
                 # Sorted by name, as the client libraries write them.
                 pairs = ",".join('%s="%s"' % (label, _label_value(str(text)))
-                                 for label, text in sorted(zip(family.labels, values, strict=True)))
+                                 for label, text in sorted(zip(family.labels, values)))  # noqa: B905 - Python 3.8 agents; lengths checked
                 lines.append("%s{%s} %s\n" % (family.name, pairs, format_value(value)))
             else:
                 lines.append("%s %s\n" % (family.name, format_value(value)))
