@@ -239,8 +239,8 @@ def bench_p5(seconds: int, hcas: int, job_ranks: int, before: Optional[Path]) ->
         scraped = agents_share(agents, seconds, scrape=True)
         print("P5: one agent, %d fake GPUs, 1 Hz snapshots, %d s each phase, %s" % (
             GPUS, seconds, "%d agents side by side" % len(agents) if len(agents) > 1 else "one agent"))
-        for (name, *_rest), (idle_cpu, idle_peak), (scraped_cpu, scraped_peak) in zip(runs, idle, scraped,
-                                                                                       strict=True):
+        phases = zip(runs, idle, scraped, strict=True)
+        for (name, *_rest), (idle_cpu, idle_peak), (scraped_cpu, scraped_peak) in phases:
             print("  %-36s CPU %.3f %% of one core unscraped, %.3f %% scraped every second as Prometheus does; "
                   "RSS peak %.1f / %.1f MiB" % (name, idle_cpu, scraped_cpu, idle_peak, scraped_peak))
     finally:

@@ -2,7 +2,6 @@
 # Apache License 2.0 (see LICENSE)
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -163,12 +162,7 @@ def samples_of(text: bytes):
             for f in text_string_to_metric_families(text.decode()) for s in f.samples}
 
 
-def metrics_threads():
-    return [thread for thread in threading.enumerate() if thread.name == "metrics"]
-
-
 def test_the_endpoint_serves_the_text_format_on_metrics_only_and_stops():
-    before = len(metrics_threads())
     server = serve(eight_gpus, "127.0.0.1", 0)
     base = "http://127.0.0.1:%d" % server.server_port
     try:
@@ -179,11 +173,11 @@ def test_the_endpoint_serves_the_text_format_on_metrics_only_and_stops():
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/other", timeout=5)
         assert missing.value.code == 404
-        assert len(metrics_threads()) == before + 1
+        assert server._thread.is_alive()
     finally:
         server.shutdown()
         server.server_close()
-    assert len(metrics_threads()) == before
+    assert not server._thread.is_alive()
     with pytest.raises(OSError):
         urllib.request.urlopen(base + "/metrics", timeout=2)
 
@@ -193,8 +187,7 @@ def test_the_endpoint_thread_sleeps_between_scrapes():
     server = serve(eight_gpus, "127.0.0.1", 0)
     try:
         time.sleep(0.2)
-        thread = next(t for t in metrics_threads() if t.is_alive())
-        clock = time.pthread_getcpuclockid(thread.ident)
+        clock = time.pthread_getcpuclockid(server._thread.ident)
         before = time.clock_gettime(clock)
         time.sleep(1.0)
         spent = time.clock_gettime(clock) - before

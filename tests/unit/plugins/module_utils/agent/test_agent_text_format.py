@@ -7,6 +7,7 @@ prometheus-client (its budget, issue 17 P5)."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 
@@ -73,5 +74,6 @@ def test_the_agent_never_imports_prometheus_client():
     code = ("import sys; import ansible_collections.gpufleet.resilience.plugins.module_utils.agent.__main__; "
             "import ansible_collections.gpufleet.resilience.plugins.module_utils.agent.loop; "
             "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))")
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert found.stdout.strip() == "[]", found.stdout
