@@ -240,10 +240,6 @@ def _maybe(family, labels: List[str], value) -> None:
     family.add_metric(labels, float(value))
 
 
-def _text(produce: Callable[[], Iterable]) -> bytes:
-    return render_families(produce())
-
-
 class _CachedText:
     """A part of the scrape's text, rendered again only when its key changed."""
 
@@ -253,7 +249,7 @@ class _CachedText:
 
     def text(self, key: Any, produce: Callable[[], Iterable]) -> bytes:
         if self._key is None or key != self._key:
-            self._text = _text(produce)
+            self._text = render_families(produce())
             self._key = key
         return self._text
 
@@ -279,7 +275,7 @@ class Exposition:
             # Ports compare by value (a light reading carries the same IbPort objects).
             ports = b"" if network is None else self._network.text(
                 (network.verdict, list(network.ports)), lambda: _network_families(network))
-        return _text(lambda: families(current)) + ports + links
+        return render_families(families(current)) + ports + links
 
     def app(self, environ: Dict[str, Any], start_response: Callable) -> List[bytes]:
         """A WSGI app: the text on GET /metrics (and /), 404 elsewhere."""

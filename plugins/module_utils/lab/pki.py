@@ -230,6 +230,17 @@ def _read_key(path: str) -> Tuple[Any, Optional[str]]:
         return None, "%s: %s" % (path, exc)
 
 
+def _key_or_mark(spec: Any, reasons: Dict[str, str], *stale: List[str]) -> Any:
+    """The key of ``spec`` (a CertSpec or a KeyPairSpec), or None after adding its name to each of
+    ``stale`` (what must be made again with a new key) and saying why in ``reasons``."""
+    key, problem = _read_key(spec.key)
+    if problem is not None:
+        for names in stale:
+            names.append(spec.name)
+        reasons[spec.name] = "key " + problem
+    return key
+
+
 def _load_cert(path: str):
     from cryptography import x509
 
@@ -353,11 +364,8 @@ def assess(specs: Sequence[CertSpec], min_days: float = 30.0,
                 certs.append(spec.name)
                 reasons[spec.name] = problem
             continue
-        key, problem = _read_key(spec.key)
-        if problem is not None:
-            keys.append(spec.name)
-            certs.append(spec.name)
-            reasons[spec.name] = "key " + problem
+        key = _key_or_mark(spec, reasons, keys, certs)
+        if key is None:
             continue
         if spec.issuer is not None and spec.issuer in certs:
             certs.append(spec.name)
@@ -392,11 +400,8 @@ def assess_key_pairs(specs: Sequence[KeyPairSpec]) -> Dict[str, Any]:
     public: List[str] = []
     reasons: Dict[str, str] = {}
     for spec in specs:
-        key, problem = _read_key(spec.key)
-        if problem is not None:
-            keys.append(spec.name)
-            public.append(spec.name)
-            reasons[spec.name] = "key " + problem
+        key = _key_or_mark(spec, reasons, keys, public)
+        if key is None:
             continue
         problem = _mode_ok(spec.public, CERT_MODE)
         if problem is None:
