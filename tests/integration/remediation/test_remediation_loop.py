@@ -409,13 +409,17 @@ def test_killed_at_every_phase_the_rerun_does_each_action_once(fleet, tmp_path):
     kills = []
     try:
         for phase_index in range(len(REPLACE_PHASES)):
+            resumes = len((fleet.progress(node) or {}).get("resumed") or [])
             process = fleet.start_remediation(node)
 
-            # Kill it once the phases before this one are recorded: somewhere inside this phase.
-            def reached(index=phase_index, process=process):
+            # Kill it once the phases before this one are recorded: somewhere inside this phase. A rerun
+            # must have recorded its own resume first: the phases the run before recorded would otherwise
+            # let the kill land before this run started (twice, on a loaded machine).
+            def reached(index=phase_index, process=process, resumes=resumes):
                 progress = fleet.progress(node)
                 done = len((progress or {}).get("phases") or {})
-                started = progress and not progress.get("finished_at") and done >= index
+                resumed = index == 0 or len((progress or {}).get("resumed") or []) > resumes
+                started = progress and not progress.get("finished_at") and done >= index and resumed
                 return started or process.poll() is not None
 
             try:
